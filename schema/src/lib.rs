@@ -1,0 +1,1 @@
+//! FlatBuffers schemas and their generated code.

@@ -1,0 +1,1 @@
+//! One partition's commit log.
