@@ -1,0 +1,305 @@
+//! The shard's cache of recent batches, shared by every log on the shard and bounded by one
+//! memory budget.
+//!
+//! Each log's cached batches are a contiguous run of offsets, appended at the end as the log
+//! grows. Eviction is first-in first-out across the whole shard (for a log, old data is cold
+//! data), but a batch whose bytes are not yet written to its file is never evicted: until then
+//! the cache is the only place it can be read from.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::watermark::Watermark;
+
+/// Identifies one log's entries in the cache.
+pub type CacheKey = u64;
+
+#[derive(Debug, Clone)]
+pub struct CachedBatch {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub bytes: Bytes,
+}
+
+#[derive(Debug)]
+pub struct BatchCache {
+    inner: RefCell<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    budget_bytes: usize,
+    used_bytes: usize,
+    next_key: CacheKey,
+    logs: HashMap<CacheKey, LogEntries>,
+    /// Insertion order across logs: (log, base offset). Entries whose batch was already removed
+    /// (truncated, retained away) are skipped when they reach the front.
+    order: VecDeque<(CacheKey, i64)>,
+}
+
+#[derive(Debug)]
+struct LogEntries {
+    batches: VecDeque<CachedBatch>,
+    /// Batches below this offset are on disk and may be evicted.
+    written_offset: Rc<Watermark>,
+}
+
+impl BatchCache {
+    pub fn new(budget_bytes: usize) -> BatchCache {
+        BatchCache {
+            inner: RefCell::new(Inner {
+                budget_bytes,
+                used_bytes: 0,
+                next_key: 0,
+                logs: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+        }
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.inner.borrow().used_bytes
+    }
+
+    /// Makes room for a log's batches. `written_offset` tells which are safe to evict.
+    pub fn register(&self, written_offset: Rc<Watermark>) -> CacheKey {
+        let mut inner = self.inner.borrow_mut();
+        let key = inner.next_key;
+        inner.next_key += 1;
+        inner.logs.insert(
+            key,
+            LogEntries {
+                batches: VecDeque::new(),
+                written_offset,
+            },
+        );
+        key
+    }
+
+    pub fn deregister(&self, key: CacheKey) {
+        let mut inner = self.inner.borrow_mut();
+        if let Some(log) = inner.logs.remove(&key) {
+            let freed: usize = log.batches.iter().map(|b| b.bytes.len()).sum();
+            inner.used_bytes -= freed;
+        }
+    }
+
+    /// Adds the batch that now ends the log. A batch that does not continue the cached run
+    /// replaces it (the run must stay contiguous).
+    pub fn insert(&self, key: CacheKey, batch: CachedBatch) {
+        let mut inner = self.inner.borrow_mut();
+        let Inner {
+            logs,
+            used_bytes,
+            order,
+            ..
+        } = &mut *inner;
+        let Some(log) = logs.get_mut(&key) else {
+            return;
+        };
+        if log
+            .batches
+            .back()
+            .is_some_and(|last| last.next_offset != batch.base_offset)
+        {
+            let freed: usize = log.batches.drain(..).map(|b| b.bytes.len()).sum();
+            *used_bytes -= freed;
+        }
+        *used_bytes += batch.bytes.len();
+        order.push_back((key, batch.base_offset));
+        log.batches.push_back(batch);
+        inner.evict();
+    }
+
+    /// The cached batches from the one holding `offset`: at least one, then more while they fit
+    /// in `max_bytes`, all ending below `upper_bound`. `None` if `offset` is not cached.
+    pub fn read(
+        &self,
+        key: CacheKey,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> Option<Vec<Bytes>> {
+        let inner = self.inner.borrow();
+        let batches = &inner.logs.get(&key)?.batches;
+        let first = batches.partition_point(|b| b.next_offset <= offset);
+        let head = batches.get(first)?;
+        if head.base_offset > offset {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        for b in batches.range(first..) {
+            if b.next_offset > upper_bound {
+                break;
+            }
+            if !out.is_empty() && total + b.bytes.len() > max_bytes {
+                break;
+            }
+            total += b.bytes.len();
+            out.push(b.bytes.clone());
+        }
+        Some(out)
+    }
+
+    /// Drops the log's batches at and after `offset` (the log was truncated).
+    pub fn truncate(&self, key: CacheKey, offset: i64) {
+        self.drop_where(key, |b| b.next_offset > offset, true);
+    }
+
+    /// Drops the log's batches below `offset` (retention moved the log start).
+    pub fn forget_below(&self, key: CacheKey, offset: i64) {
+        self.drop_where(key, |b| b.next_offset <= offset, false);
+    }
+
+    fn drop_where(&self, key: CacheKey, doomed: impl Fn(&CachedBatch) -> bool, from_back: bool) {
+        let mut inner = self.inner.borrow_mut();
+        let Inner {
+            logs, used_bytes, ..
+        } = &mut *inner;
+        let Some(log) = logs.get_mut(&key) else {
+            return;
+        };
+        loop {
+            let end = if from_back {
+                log.batches.back()
+            } else {
+                log.batches.front()
+            };
+            if !end.is_some_and(&doomed) {
+                break;
+            }
+            let removed = if from_back {
+                log.batches.pop_back()
+            } else {
+                log.batches.pop_front()
+            };
+            *used_bytes -= removed.map_or(0, |b| b.bytes.len());
+        }
+        inner.compact_order();
+    }
+}
+
+impl Inner {
+    fn evict(&mut self) {
+        while self.used_bytes > self.budget_bytes {
+            let Some(&(key, base_offset)) = self.order.front() else {
+                return;
+            };
+            let Some(log) = self.logs.get_mut(&key) else {
+                self.order.pop_front();
+                continue;
+            };
+            match log.batches.front() {
+                Some(front) if front.base_offset == base_offset => {
+                    if front.next_offset > log.written_offset.get() {
+                        // Not on disk yet: the cache must keep it. Writes complete within
+                        // milliseconds, and eviction resumes with the next insert.
+                        return;
+                    }
+                    self.used_bytes -= front.bytes.len();
+                    log.batches.pop_front();
+                    self.order.pop_front();
+                }
+                // Already gone (truncated, retained away, or replaced).
+                _ => {
+                    self.order.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Keeps the order queue from growing with entries for batches that are gone.
+    fn compact_order(&mut self) {
+        let live: usize = self.logs.values().map(|l| l.batches.len()).sum();
+        if self.order.len() > 2 * live + 1024 {
+            let logs = &self.logs;
+            self.order.retain(|(key, base)| {
+                logs.get(key).is_some_and(|l| {
+                    let i = l.batches.partition_point(|b| b.base_offset < *base);
+                    l.batches.get(i).is_some_and(|b| b.base_offset == *base)
+                })
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base: i64, count: i64, bytes: usize) -> CachedBatch {
+        CachedBatch {
+            base_offset: base,
+            next_offset: base + count,
+            bytes: Bytes::from(vec![base as u8; bytes]),
+        }
+    }
+
+    #[test]
+    fn reads_from_the_batch_holding_the_offset_within_bounds() {
+        let cache = BatchCache::new(1 << 20);
+        let key = cache.register(Rc::new(Watermark::new(i64::MAX)));
+        for i in 0..5 {
+            cache.insert(key, batch(i * 10, 10, 100));
+        }
+        let got = cache.read(key, 15, 250, i64::MAX).unwrap();
+        assert_eq!(got.len(), 2, "batches 10..20 and 20..30 fit in 250 bytes");
+        assert_eq!(got[0][0], 10);
+        // At least one batch even when it exceeds max_bytes.
+        assert_eq!(cache.read(key, 0, 1, i64::MAX).unwrap().len(), 1);
+        // Never past the upper bound.
+        assert_eq!(cache.read(key, 0, 10_000, 30).unwrap().len(), 3);
+        assert!(cache.read(key, 0, 10_000, 5).unwrap().is_empty());
+        assert!(cache.read(key, 50, 100, i64::MAX).is_none());
+    }
+
+    #[test]
+    fn evicts_oldest_first_but_never_unwritten_batches() {
+        let written = Rc::new(Watermark::new(0));
+        let cache = BatchCache::new(250);
+        let key = cache.register(written.clone());
+        for i in 0..4 {
+            cache.insert(key, batch(i * 10, 10, 100));
+        }
+        assert_eq!(
+            cache.used_bytes(),
+            400,
+            "nothing is written yet: all pinned"
+        );
+        written.advance(20);
+        cache.insert(key, batch(40, 10, 100));
+        assert_eq!(
+            cache.used_bytes(),
+            300,
+            "the two written batches went; 20.. stays pinned"
+        );
+        assert!(cache.read(key, 5, 100, i64::MAX).is_none());
+        assert!(cache.read(key, 25, 100, i64::MAX).is_some());
+    }
+
+    #[test]
+    fn truncate_and_forget_keep_accounting_exact() {
+        let cache = BatchCache::new(1 << 20);
+        let key = cache.register(Rc::new(Watermark::new(i64::MAX)));
+        for i in 0..5 {
+            cache.insert(key, batch(i * 10, 10, 100));
+        }
+        cache.truncate(key, 35);
+        assert_eq!(
+            cache.used_bytes(),
+            300,
+            "the batch holding 35 goes, and the one after"
+        );
+        assert!(cache.read(key, 35, 100, i64::MAX).is_none());
+        cache.forget_below(key, 20);
+        assert_eq!(cache.used_bytes(), 100);
+        cache.insert(key, batch(100, 1, 50));
+        assert_eq!(cache.used_bytes(), 50, "a gap replaces the run");
+        cache.deregister(key);
+        assert_eq!(cache.used_bytes(), 0);
+    }
+}

@@ -1,0 +1,93 @@
+//! What a log is told: per-partition (topic) settings that Kafka users know by name, and the
+//! per-shard IO settings that only operators tune.
+
+/// Kafka's topic-level settings that shape one partition's log. Names follow Kafka's
+/// (`segment.bytes` is `segment_bytes_max`, ...), with units last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: the active segment rolls before it would grow past this.
+    pub segment_bytes_max: u64,
+    /// `segment.ms`: the active segment rolls once it is this old (and not empty).
+    pub segment_ms: u64,
+    /// `index.interval.bytes`: one offset and time index entry per this many log bytes.
+    pub index_interval_bytes: u64,
+    /// `retention.ms`: sealed segments whose newest record is older than this are deleted.
+    /// `None` keeps them forever (Kafka's -1).
+    pub retention_ms: Option<u64>,
+    /// `retention.bytes`: the oldest segments are deleted while the log is larger than this.
+    /// `None` is unlimited (Kafka's -1).
+    pub retention_bytes: Option<u64>,
+    /// `flush.messages`: fdatasync after this many messages. `None`: never by count.
+    pub flush_messages: Option<u64>,
+    /// `flush.ms`: fdatasync data older than this. `None`: never by time.
+    pub flush_ms: Option<u64>,
+    /// `max.message.bytes`: the largest batch accepted.
+    pub max_message_bytes: usize,
+}
+
+impl Default for LogConfig {
+    /// Kafka's defaults.
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes_max: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            retention_ms: Some(7 * 24 * 3600 * 1000),
+            retention_bytes: None,
+            flush_messages: None,
+            flush_ms: None,
+            max_message_bytes: 1_048_588,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Segments address positions with u32 in their indexes, as Kafka's do.
+    pub const SEGMENT_BYTES_LIMIT: u64 = i32::MAX as u64;
+
+    /// Brings out-of-range values back into range, so a bad topic setting cannot break a log.
+    pub fn clamped(mut self) -> LogConfig {
+        self.segment_bytes_max = self.segment_bytes_max.clamp(14, Self::SEGMENT_BYTES_LIMIT);
+        self.index_interval_bytes = self.index_interval_bytes.max(1);
+        self.segment_ms = self.segment_ms.max(1);
+        self
+    }
+}
+
+/// How segment files are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// O_DIRECT where the filesystem takes it, buffered IO (with a log line) where it does not.
+    Auto,
+    /// Buffered IO through the page cache: for filesystems without O_DIRECT, and tests.
+    Buffered,
+}
+
+/// Per-shard storage settings: IO sizes and memory budgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub io_mode: IoMode,
+    /// Size of each aligned write buffer: appends fill one, and a full one is written at once.
+    pub write_buffer_bytes: usize,
+    /// Writes a partition may have in flight before appends wait (write-behind depth).
+    pub writes_in_flight_max: usize,
+    /// Disk space reserved ahead of the write position, so writes do not extend the file.
+    pub preallocate_bytes: u64,
+    /// Memory for the per-shard cache of recent batches.
+    pub cache_bytes_max: usize,
+    /// The largest single read from a segment file.
+    pub read_bytes_max: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            io_mode: IoMode::Auto,
+            write_buffer_bytes: 1 << 20,
+            writes_in_flight_max: 4,
+            preallocate_bytes: 64 << 20,
+            cache_bytes_max: 256 << 20,
+            read_bytes_max: 64 << 20,
+        }
+    }
+}

@@ -1,0 +1,855 @@
+//! One partition's log: an ordered run of segments, appends with dense offsets, reads, and the
+//! watermarks that say how far the log is written, durable and visible.
+//!
+//! A log lives on one shard and is used only from that shard's executor, so its state sits in
+//! `RefCell`s that are never borrowed across an await. Appends, rolls, truncation and retention
+//! (everything that changes the segments) take the append lock, a FIFO semaphore, so offsets are
+//! handed out in the order appends arrive. Reads take no lock: they copy what they need out of the
+//! state, read the file, and start over if the log was truncated meanwhile.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::future;
+use glommio::sync::Semaphore;
+
+use crate::batch::{self, BatchHeader};
+use crate::cache::{BatchCache, CacheKey, CachedBatch};
+use crate::config::{LogConfig, StorageConfig};
+use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
+use crate::file::{self, ResolvedIoMode, SegmentFile};
+use crate::segment::{self, Segment};
+use crate::watermark::{Reached, Watermark};
+use crate::writer::{SegmentWriter, WriterLimits};
+
+/// What a shard's logs share: IO settings, the IO mode of the data directory, the batch cache.
+#[derive(Debug)]
+pub struct ShardStorage {
+    pub(crate) config: StorageConfig,
+    pub(crate) io_mode: ResolvedIoMode,
+    pub(crate) cache: BatchCache,
+}
+
+impl ShardStorage {
+    /// Sets up storage for the calling executor's shard, for logs under `data_dir`. `io_mode`
+    /// comes from [`crate::resolve_io_mode`], decided once for the data directory.
+    pub async fn open(
+        data_dir: &Path,
+        config: StorageConfig,
+        io_mode: ResolvedIoMode,
+    ) -> Result<Rc<ShardStorage>, IoFailure> {
+        file::calibrate_direct_io(data_dir, io_mode).await?;
+        Ok(Rc::new(ShardStorage {
+            cache: BatchCache::new(config.cache_bytes_max),
+            config,
+            io_mode,
+        }))
+    }
+
+    pub fn cache_used_bytes(&self) -> usize {
+        self.cache.used_bytes()
+    }
+
+    pub(crate) fn writer_limits(&self) -> WriterLimits {
+        WriterLimits {
+            buffer_bytes: self.config.write_buffer_bytes,
+            in_flight_max: self.config.writes_in_flight_max,
+            preallocate_bytes: self.config.preallocate_bytes,
+        }
+    }
+}
+
+/// When appended records become visible to readers (the high watermark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// Once written to the file: they survive a crash of the process (Kafka's acks=1 promise).
+    Written,
+    /// Once fdatasync'd: they survive a power loss. Every append asks for a sync, and appends
+    /// waiting together share one (group commit).
+    Durable,
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The log end offset after the append; wait on it with [`Log::wait_written`] and
+    /// [`Log::wait_durable`].
+    pub next_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug)]
+pub struct Log {
+    pub(crate) dir: PathBuf,
+    pub(crate) shard: Rc<ShardStorage>,
+    pub(crate) config: RefCell<LogConfig>,
+    pub(crate) visibility: Visibility,
+    pub(crate) append_lock: Semaphore,
+    pub(crate) state: RefCell<State>,
+    pub(crate) cache_key: CacheKey,
+    /// The log end offset: the offset the next append gets.
+    pub(crate) end_offset: Watermark,
+    /// Every batch below this offset is written to its file.
+    pub(crate) written_offset: Rc<Watermark>,
+    /// Every batch below this offset is fdatasync'd.
+    pub(crate) durable_offset: Watermark,
+    /// The highest offset someone waits to see durable.
+    pub(crate) sync_wanted: Watermark,
+    pub(crate) closed: Cell<bool>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    /// By base offset; the last one is the active segment.
+    pub segments: BTreeMap<i64, Segment>,
+    pub writer: Rc<SegmentWriter>,
+    pub error: Option<IoFailure>,
+    pub unsynced_messages: u64,
+    /// When the oldest append not yet synced happened, for `flush.ms`.
+    pub unsynced_since_ms: Option<u64>,
+    /// Bumped by truncation, so a read that raced with one starts over.
+    pub generation: u64,
+}
+
+impl State {
+    pub fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.segments
+            .values()
+            .next()
+            .expect("a log always has an active segment")
+            .base_offset
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Log {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.config.borrow().clone()
+    }
+
+    /// Takes new topic settings; they apply from the next append, roll or retention pass.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.config.borrow_mut() = config.clamped();
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.state.borrow().log_start_offset()
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.end_offset.get()
+    }
+
+    /// The log end offset as a watermark: long-polling readers wait on it.
+    pub fn end_watermark(&self) -> &Watermark {
+        &self.end_offset
+    }
+
+    /// The offset below which records are visible to consumers.
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark_mark().get()
+    }
+
+    /// The high watermark as a watermark, to wait for new visible records.
+    pub fn high_watermark_mark(&self) -> &Watermark {
+        match self.visibility {
+            Visibility::Written => &self.written_offset,
+            Visibility::Durable => &self.durable_offset,
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.state
+            .borrow()
+            .segments
+            .values()
+            .map(|s| s.size_bytes)
+            .sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.state.borrow().segments.len()
+    }
+
+    fn check_open(&self) -> Result<(), AppendError> {
+        if self.closed.get() {
+            return Err(AppendError::Closed);
+        }
+        match &self.state.borrow().error {
+            Some(e) => Err(AppendError::Storage(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends a producer's record set (one or more v2 batches) and assigns offsets to it. The
+    /// set is validated whole first: if any batch is invalid nothing is appended. The batches'
+    /// `baseOffset` and `partitionLeaderEpoch` are patched in place, then the bytes are frozen
+    /// into the cache and copied once into the write buffers.
+    ///
+    /// Returns once the records are in the log (readable from the cache, ordered, queued for
+    /// the disk); [`Log::wait_written`] and [`Log::wait_durable`] wait for the disk.
+    pub async fn append(
+        &self,
+        mut records: BytesMut,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, AppendError> {
+        let config = self.config();
+        let batch_bytes_max = config
+            .max_message_bytes
+            .min(config.segment_bytes_max as usize);
+        let headers = split_batches(&records, batch_bytes_max)?;
+        let _permit = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        self.check_open()?;
+        let base_offset = self.end_offset.get();
+        let mut next_offset = base_offset;
+        for header in headers {
+            self.roll_if_needed(&config, header.size_bytes(), header.last_offset_delta)
+                .await?;
+            let writer = self.state.borrow().writer.clone();
+            writer.wait_for_room().await.map_err(AppendError::Storage)?;
+            self.check_open()?;
+
+            let mut batch = records.split_to(header.size_bytes());
+            batch::assign_offsets(&mut batch, next_offset, leader_epoch);
+            let header = BatchHeader {
+                base_offset: next_offset,
+                partition_leader_epoch: leader_epoch,
+                ..header
+            };
+            let bytes = batch.freeze();
+            debug_assert_eq!(
+                batch::validate(&bytes, usize::MAX).map(|h| h.base_offset),
+                Ok(next_offset),
+                "a batch stays valid after offsets are assigned"
+            );
+            next_offset = header.next_offset();
+            writer.append(&bytes, next_offset);
+            {
+                let mut state = self.state.borrow_mut();
+                state
+                    .active_mut()
+                    .record(&header, config.index_interval_bytes);
+                state.unsynced_messages += header.record_count.max(0) as u64;
+                state.unsynced_since_ms.get_or_insert_with(now_ms);
+            }
+            self.shard.cache.insert(
+                self.cache_key,
+                CachedBatch {
+                    base_offset: header.base_offset,
+                    next_offset,
+                    bytes,
+                },
+            );
+            self.end_offset.advance(next_offset);
+        }
+        let unsynced = self.state.borrow().unsynced_messages;
+        let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
+        if self.visibility == Visibility::Durable || sync_by_count {
+            self.sync_wanted.advance(next_offset);
+        }
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: next_offset - 1,
+            next_offset,
+            log_start_offset: self.log_start_offset(),
+        })
+    }
+
+    /// Waits until every batch below `offset` is written to its file (it survives a crash of
+    /// the process).
+    pub async fn wait_written(&self, offset: i64) -> Result<(), SyncError> {
+        self.wait(&self.written_offset, offset).await
+    }
+
+    /// Waits until every batch below `offset` is fdatasync'd (it survives a power loss).
+    /// Waiters share syncs: one fdatasync covers everything appended before it started.
+    pub async fn wait_durable(&self, offset: i64) -> Result<(), SyncError> {
+        self.sync_wanted.advance(offset);
+        self.wait(&self.durable_offset, offset).await
+    }
+
+    async fn wait(&self, mark: &Watermark, offset: i64) -> Result<(), SyncError> {
+        match mark.wait_for(offset).await {
+            Reached::Yes(_) => Ok(()),
+            Reached::Closed => Err(match &self.state.borrow().error {
+                Some(e) => SyncError::Storage(e.clone()),
+                None => SyncError::Closed,
+            }),
+        }
+    }
+
+    /// Rolls to a new segment when the next batch would not fit the active one, or it is
+    /// older than `segment.ms`.
+    async fn roll_if_needed(
+        &self,
+        config: &LogConfig,
+        batch_bytes: usize,
+        last_offset_delta: i32,
+    ) -> Result<(), AppendError> {
+        let must_roll = {
+            let state = self.state.borrow();
+            let active = state.active();
+            let relative_end =
+                self.end_offset.get() + i64::from(last_offset_delta) - active.base_offset;
+            !active.is_empty()
+                && (active.size_bytes + batch_bytes as u64 > config.segment_bytes_max
+                    || now_ms().saturating_sub(active.created_ms) >= config.segment_ms
+                    || relative_end > i64::from(i32::MAX))
+        };
+        if must_roll {
+            self.roll()
+                .await
+                .map_err(|e| AppendError::Storage(self.fail(e)))?;
+        }
+        Ok(())
+    }
+
+    /// Records a disk failure: the log stops taking appends, and every waiter is told.
+    fn fail(&self, e: IoFailure) -> IoFailure {
+        tracing::error!(log = %self.dir.display(), error = %e, "disk error: log is offline");
+        self.state.borrow_mut().error.get_or_insert(e.clone());
+        self.written_offset.close();
+        self.durable_offset.close();
+        e
+    }
+
+    /// Seals the active segment (written, synced, indexes saved) and starts a new one at the
+    /// log end offset. Called with the append lock held.
+    pub(crate) async fn roll(&self) -> Result<(), IoFailure> {
+        let (writer, base_offset) = {
+            let state = self.state.borrow();
+            (state.writer.clone(), state.active().base_offset)
+        };
+        self.seal(&writer, base_offset).await?;
+        let next = self.end_offset.get();
+        let file = self.create_segment_file(next).await?;
+        let writer = Rc::new(SegmentWriter::new(
+            file.clone(),
+            0,
+            &[],
+            0,
+            self.shard.writer_limits(),
+            self.written_offset.clone(),
+        ));
+        let mut state = self.state.borrow_mut();
+        state
+            .segments
+            .insert(next, Segment::new(next, file, now_ms()));
+        state.writer = writer;
+        drop(state);
+        // Everything before the new segment was synced by the seal.
+        self.durable_offset.advance(next);
+        let mut state = self.state.borrow_mut();
+        state.unsynced_messages = 0;
+        state.unsynced_since_ms = None;
+        Ok(())
+    }
+
+    /// Writes out and syncs a segment, trims its preallocated tail, and saves its indexes.
+    async fn seal(&self, writer: &Rc<SegmentWriter>, base_offset: i64) -> Result<(), IoFailure> {
+        let size = writer.finish().await?;
+        writer.file().truncate(size).await?;
+        writer.file().fdatasync().await?;
+        let (offsets, times) = {
+            let mut state = self.state.borrow_mut();
+            let Some(segment) = state.segments.get_mut(&base_offset) else {
+                return Ok(());
+            };
+            debug_assert_eq!(segment.size_bytes, size, "writer and segment agree on size");
+            segment.seal_time_index();
+            (segment.offset_index.encode(), segment.time_index.encode())
+        };
+        let mode = self.shard.io_mode;
+        file::write_file_atomic(
+            &segment::offset_index_path(&self.dir, base_offset),
+            &offsets,
+            mode,
+        )
+        .await?;
+        file::write_file_atomic(
+            &segment::time_index_path(&self.dir, base_offset),
+            &times,
+            mode,
+        )
+        .await
+    }
+
+    pub(crate) async fn create_segment_file(
+        &self,
+        base_offset: i64,
+    ) -> Result<Rc<SegmentFile>, IoFailure> {
+        let path = segment::log_path(&self.dir, base_offset);
+        let file = SegmentFile::open(&path, self.shard.io_mode, true).await?;
+        file.truncate(0).await?;
+        file::sync_dir(&self.dir).await?;
+        Ok(Rc::new(file))
+    }
+
+    /// Reads whole batches starting with the one that holds `offset`: at least one (even if it
+    /// is larger than `max_bytes`, as Kafka requires), then more while they fit, none ending
+    /// past `upper_bound` (the high watermark, for consumers). Recent batches come from the
+    /// shard's cache; older ones from the segment files, CRC-checked.
+    pub async fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound: i64,
+    ) -> Result<Vec<Bytes>, ReadError> {
+        loop {
+            let (file, start, readable, generation, upper) = {
+                let state = self.state.borrow();
+                if self.closed.get() {
+                    return Err(ReadError::Closed);
+                }
+                let log_start_offset = state.log_start_offset();
+                let log_end_offset = self.end_offset.get();
+                if offset < log_start_offset || offset > log_end_offset {
+                    return Err(ReadError::OffsetOutOfRange {
+                        offset,
+                        log_start_offset,
+                        log_end_offset,
+                    });
+                }
+                let upper = upper_bound.min(log_end_offset);
+                if offset >= upper {
+                    return Ok(Vec::new());
+                }
+                if let Some(batches) =
+                    self.shard
+                        .cache
+                        .read(self.cache_key, offset, max_bytes, upper)
+                {
+                    return Ok(batches);
+                }
+                let Some(segment) = state.segments.range(..=offset).next_back().map(|(_, s)| s)
+                else {
+                    return Ok(Vec::new());
+                };
+                let is_active = segment.base_offset == state.active().base_offset;
+                let readable = if is_active {
+                    segment.size_bytes.min(state.writer.written_position())
+                } else {
+                    segment.size_bytes
+                };
+                (
+                    segment.file.clone(),
+                    segment.start_position(offset),
+                    readable,
+                    state.generation,
+                    upper,
+                )
+            };
+            let result = segment::read_batches(
+                &file,
+                segment::ReadRange {
+                    start,
+                    offset,
+                    max_bytes,
+                    upper_bound: upper,
+                    readable_bytes: readable,
+                    read_bytes_max: self.shard.config.read_bytes_max,
+                },
+            )
+            .await;
+            if self.state.borrow().generation == generation {
+                if let Err(e) = &result {
+                    tracing::error!(log = %self.dir.display(), error = %e, "read failed");
+                }
+                return result;
+            }
+        }
+    }
+
+    /// The first offset whose record has a timestamp at or after `timestamp_ms`, with that
+    /// timestamp; `None` if no record is that new. For compressed batches the answer is the
+    /// batch's first offset and newest timestamp (finding the record would mean decompressing).
+    pub async fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(i64, i64)>, ReadError> {
+        let mut offset = {
+            let state = self.state.borrow();
+            let Some(segment) = state
+                .segments
+                .values()
+                .find(|s| s.max_timestamp_ms >= timestamp_ms)
+            else {
+                return Ok(None);
+            };
+            segment
+                .time_index
+                .floor_before(timestamp_ms)
+                .map_or(segment.base_offset, |e| {
+                    segment.base_offset + i64::from(e.relative_offset)
+                })
+        };
+        loop {
+            let end = self.log_end_offset();
+            if offset >= end {
+                return Ok(None);
+            }
+            let batches = match self.read(offset, 1 << 20, end).await {
+                Err(ReadError::OffsetOutOfRange { .. }) => {
+                    // Retention moved the start past us: continue from the new start.
+                    offset = self.log_start_offset().max(offset);
+                    continue;
+                }
+                other => other?,
+            };
+            if batches.is_empty() {
+                return Ok(None);
+            }
+            for bytes in &batches {
+                let header = BatchHeader::parse(bytes).map_err(|source| ReadError::Corrupt {
+                    path: self.dir.clone(),
+                    position: 0,
+                    source,
+                })?;
+                if header.max_timestamp >= timestamp_ms && header.last_offset() >= offset {
+                    let found =
+                        batch::first_offset_at_or_after(bytes, timestamp_ms).map_err(|source| {
+                            ReadError::Corrupt {
+                                path: self.dir.clone(),
+                                position: 0,
+                                source,
+                            }
+                        })?;
+                    return Ok(Some((found.max(offset), header.max_timestamp)));
+                }
+                offset = header.next_offset();
+            }
+        }
+    }
+
+    /// Deletes whole sealed segments that retention (time or size) no longer keeps, and rolls
+    /// an expired active segment first so it can go too. Returns how many were deleted.
+    pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, LogError> {
+        let config = self.config();
+        let _permit = match self.append_lock.acquire_permit(1).await {
+            Ok(p) => p,
+            Err(_) => return Ok(0),
+        };
+        if self.closed.get() {
+            return Ok(0);
+        }
+        let expired = |s: &Segment| {
+            config.retention_ms.is_some_and(|ms| {
+                s.max_timestamp_ms != i64::MIN
+                    && now_ms as i64 - s.max_timestamp_ms > ms.min(i64::MAX as u64) as i64
+            })
+        };
+        let roll_for_time = {
+            let state = self.state.borrow();
+            let active = state.active();
+            !active.is_empty()
+                && (expired(active)
+                    || now_ms.saturating_sub(active.created_ms) >= config.segment_ms)
+        };
+        if roll_for_time {
+            self.roll().await.map_err(|e| self.fail(e))?;
+        }
+        let doomed: Vec<i64> = {
+            let state = self.state.borrow();
+            let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
+            let sealed = state.segments.values().take(state.segments.len() - 1);
+            let mut doomed = Vec::new();
+            for s in sealed {
+                let over_size = config
+                    .retention_bytes
+                    .is_some_and(|max| total.saturating_sub(s.size_bytes) >= max);
+                if !(expired(s) || over_size) {
+                    break;
+                }
+                total -= s.size_bytes;
+                doomed.push(s.base_offset);
+            }
+            doomed
+        };
+        for &base in &doomed {
+            let removed = self.state.borrow_mut().segments.remove(&base);
+            if let Some(segment) = removed {
+                self.delete_segment_files(segment).await?;
+            }
+        }
+        if !doomed.is_empty() {
+            let start = self.log_start_offset();
+            self.shard.cache.forget_below(self.cache_key, start);
+            tracing::info!(
+                log = %self.dir.display(),
+                segments = doomed.len(),
+                log_start_offset = start,
+                "retention deleted segments"
+            );
+        }
+        Ok(doomed.len())
+    }
+
+    async fn delete_segment_files(&self, segment: Segment) -> Result<(), IoFailure> {
+        let base = segment.base_offset;
+        drop(segment);
+        for path in [
+            segment::log_path(&self.dir, base),
+            segment::offset_index_path(&self.dir, base),
+            segment::time_index_path(&self.dir, base),
+        ] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(IoFailure::new("deleting", &path, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every batch at or after `offset`; if `offset` falls inside a batch, that whole
+    /// batch goes (as Kafka does). For a follower that must agree with its leader. Truncating
+    /// below the log start empties the log, which then ends at its start offset.
+    pub async fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        let _permit = match self.append_lock.acquire_permit(1).await {
+            Ok(p) => p,
+            Err(_) => return Ok(()),
+        };
+        if offset >= self.end_offset.get() {
+            return Ok(());
+        }
+        let writer = self.state.borrow().writer.clone();
+        writer.finish().await.map_err(|e| self.fail(e))?;
+        let target = offset.max(self.log_start_offset());
+        let doomed: Vec<i64> = {
+            let state = self.state.borrow();
+            let after = (
+                std::ops::Bound::Excluded(target),
+                std::ops::Bound::Unbounded,
+            );
+            state.segments.range(after).map(|(&b, _)| b).collect()
+        };
+        for base in doomed {
+            let removed = self.state.borrow_mut().segments.remove(&base);
+            if let Some(segment) = removed {
+                self.delete_segment_files(segment).await?;
+            }
+        }
+        let mut segment = {
+            let mut state = self.state.borrow_mut();
+            let base = state.active().base_offset;
+            state
+                .segments
+                .remove(&base)
+                .expect("the active segment is in the map")
+        };
+        let base = segment.base_offset;
+        // The segment (maybe sealed before) becomes the active one: its index files go stale.
+        for path in [
+            segment::offset_index_path(&self.dir, base),
+            segment::time_index_path(&self.dir, base),
+        ] {
+            let _ = std::fs::remove_file(path);
+        }
+        let config = self.config();
+        let file_bytes = segment.file.size().await?;
+        segment
+            .rewind_to(target, file_bytes, config.index_interval_bytes)
+            .await?;
+        let cut = segment.size_bytes;
+        segment.file.truncate(cut).await?;
+        segment.file.fdatasync().await?;
+        let tail = segment.read_tail().await?;
+        let next = segment.next_offset;
+        let writer = Rc::new(SegmentWriter::new(
+            segment.file.clone(),
+            cut,
+            &tail,
+            cut,
+            self.shard.writer_limits(),
+            self.written_offset.clone(),
+        ));
+        {
+            let mut state = self.state.borrow_mut();
+            state.segments.insert(base, segment);
+            state.writer = writer;
+            state.generation += 1;
+            state.unsynced_messages = 0;
+            state.unsynced_since_ms = None;
+        }
+        self.shard.cache.truncate(self.cache_key, next);
+        self.end_offset.reset(next);
+        self.written_offset.reset(next);
+        self.durable_offset.reset(next);
+        self.sync_wanted.reset(next);
+        tracing::info!(log = %self.dir.display(), log_end_offset = next, "truncated");
+        Ok(())
+    }
+
+    /// Closes the log cleanly: everything written and synced, the active segment trimmed to
+    /// its size, its indexes saved, and the clean-shutdown marker written so the next open
+    /// skips recovery.
+    pub async fn close(&self) -> Result<(), LogError> {
+        let _permit = self.append_lock.acquire_permit(1).await;
+        if self.closed.replace(true) {
+            return Ok(());
+        }
+        self.append_lock.close();
+        let result = self.close_files().await;
+        self.shard.cache.deregister(self.cache_key);
+        self.end_offset.close();
+        self.written_offset.close();
+        self.durable_offset.close();
+        self.sync_wanted.close();
+        result
+    }
+
+    async fn close_files(&self) -> Result<(), LogError> {
+        if self.state.borrow().error.is_some() {
+            return Ok(());
+        }
+        let (writer, base) = {
+            let state = self.state.borrow();
+            (state.writer.clone(), state.active().base_offset)
+        };
+        self.seal(&writer, base).await?;
+        self.durable_offset.advance(self.end_offset.get());
+        file::write_file_atomic(
+            &self.dir.join(crate::recovery::CLEAN_SHUTDOWN_FILE),
+            b"",
+            self.shard.io_mode,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Closes the log and removes its directory and everything in it.
+    pub async fn delete(&self) -> Result<(), LogError> {
+        {
+            let _permit = self.append_lock.acquire_permit(1).await;
+            self.closed.set(true);
+            self.append_lock.close();
+        }
+        self.shard.cache.deregister(self.cache_key);
+        self.end_offset.close();
+        self.written_offset.close();
+        self.durable_offset.close();
+        self.sync_wanted.close();
+        std::fs::remove_dir_all(&self.dir)
+            .map_err(|e| LogError::Io(IoFailure::new("deleting", &self.dir, &e)))
+    }
+
+    /// The background work of one log: writes appended bytes out promptly, and runs the syncs
+    /// that waiters and the flush policy ask for, one at a time, each covering everything
+    /// appended before it started (group commit).
+    pub(crate) async fn run_flusher(self: Rc<Self>) {
+        while !self.closed.get() {
+            let end = self.end_offset.get();
+            let durable = self.durable_offset.get();
+            let unsynced_for = self.flush_ms_due();
+            if self.sync_wanted.get() > durable || unsynced_for == Some(Duration::ZERO) {
+                if let Err(e) = self.sync(end).await {
+                    self.fail(e);
+                    return;
+                }
+                continue;
+            }
+            if self.written_offset.get() < end {
+                let writer = self.state.borrow().writer.clone();
+                if let Err(e) = writer.flush().await {
+                    self.fail(e);
+                    return;
+                }
+                continue;
+            }
+            // Idle: wait for an append, a sync request, or the flush.ms deadline.
+            let appended = self.end_offset.wait_for(end + 1);
+            let sync_asked = self.sync_wanted.wait_for(durable + 1);
+            let deadline = async {
+                match unsynced_for {
+                    Some(d) => glommio::timer::sleep(d).await,
+                    None => future::pending::<()>().await,
+                }
+            };
+            future::or(
+                async {
+                    future::or(appended, sync_asked).await;
+                },
+                deadline,
+            )
+            .await;
+        }
+    }
+
+    /// How long until data not yet synced is `flush.ms` old (zero: due now); `None` when
+    /// flush.ms is off or everything is synced.
+    fn flush_ms_due(&self) -> Option<Duration> {
+        let flush_ms = self.config.borrow().flush_ms?;
+        if self.durable_offset.get() >= self.end_offset.get() {
+            return None;
+        }
+        let since = self.state.borrow().unsynced_since_ms?;
+        let age = now_ms().saturating_sub(since);
+        Some(Duration::from_millis(flush_ms.saturating_sub(age)))
+    }
+
+    async fn sync(&self, target: i64) -> Result<(), IoFailure> {
+        let writer = self.state.borrow().writer.clone();
+        writer.flush().await?;
+        writer.file().fdatasync().await?;
+        self.durable_offset.advance(target);
+        let caught_up = self.end_offset.get() == target;
+        let mut state = self.state.borrow_mut();
+        state.unsynced_messages = 0;
+        state.unsynced_since_ms = if caught_up { None } else { Some(now_ms()) };
+        Ok(())
+    }
+}
+
+/// Checks a producer's record set and returns the header of each batch in it.
+fn split_batches(records: &[u8], batch_bytes_max: usize) -> Result<Vec<BatchHeader>, AppendError> {
+    if records.is_empty() {
+        return Err(AppendError::Empty);
+    }
+    let mut headers = Vec::new();
+    let mut at = 0;
+    while at < records.len() {
+        let header =
+            batch::validate_produced(&records[at..], batch_bytes_max).map_err(|source| {
+                AppendError::InvalidBatch {
+                    position: at,
+                    source,
+                }
+            })?;
+        at += header.size_bytes();
+        headers.push(header);
+    }
+    Ok(headers)
+}

@@ -1,0 +1,266 @@
+//! Opening a log directory: finding its segments, trusting what a clean shutdown left, and
+//! validating what an unclean stop may have torn.
+//!
+//! After a clean shutdown (the marker file is there) every segment's index files are trusted and
+//! only the few batches after each segment's last index entry are read. After an unclean stop
+//! the last segment is read whole, batch by batch with CRCs, and cut at the first batch that is
+//! torn, corrupt, or out of sequence. Sealed segments were synced with their indexes when they
+//! were sealed; one whose index files are missing or do not hold together is read whole and
+//! its indexes are rebuilt.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+
+use glommio::sync::Semaphore;
+
+use crate::config::LogConfig;
+use crate::error::{IoFailure, LogError};
+use crate::file::{self, SegmentFile};
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::log::{Log, ShardStorage, State, Visibility, now_ms};
+use crate::segment::{self, Segment};
+use crate::watermark::Watermark;
+use crate::writer::SegmentWriter;
+
+/// Written by a clean close, removed by the next open: its presence means no recovery is needed.
+pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+
+impl ShardStorage {
+    /// Opens (or creates) the log in `dir`, recovering it if it was not closed cleanly, and
+    /// starts its background writer. The log must be ended with [`Log::close`] or
+    /// [`Log::delete`].
+    pub async fn open_log(
+        self: &Rc<Self>,
+        dir: &Path,
+        config: LogConfig,
+        visibility: Visibility,
+    ) -> Result<Rc<Log>, LogError> {
+        let config = config.clamped();
+        std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        if clean {
+            std::fs::remove_file(&marker).map_err(|e| IoFailure::new("removing", &marker, &e))?;
+        }
+        let bases = list_segments(dir)?;
+        let mut segments = BTreeMap::new();
+        for (i, &base) in bases.iter().enumerate() {
+            let last = i + 1 == bases.len();
+            let next_base = bases.get(i + 1).copied();
+            let segment = self
+                .open_segment(dir, base, last, clean, next_base, &config)
+                .await?;
+            segments.insert(base, segment);
+        }
+        if segments.is_empty() {
+            let path = segment::log_path(dir, 0);
+            let file = SegmentFile::open(&path, self.io_mode, true).await?;
+            file::sync_dir(dir).await?;
+            segments.insert(0, Segment::new(0, Rc::new(file), now_ms()));
+        }
+        let active = segments
+            .values()
+            .next_back()
+            .expect("a log has at least one segment");
+        let end = active.next_offset;
+        let tail = active.read_tail().await?;
+        // What recovery read may sit only in the page cache: make it durable before saying so.
+        active.file.fdatasync().await?;
+        let written_offset = Rc::new(Watermark::new(end));
+        let writer = Rc::new(SegmentWriter::new(
+            active.file.clone(),
+            active.size_bytes,
+            &tail,
+            active.size_bytes,
+            self.writer_limits(),
+            written_offset.clone(),
+        ));
+        let log = Rc::new(Log {
+            dir: dir.to_path_buf(),
+            shard: self.clone(),
+            config: RefCell::new(config),
+            visibility,
+            append_lock: Semaphore::new(1),
+            state: RefCell::new(State {
+                segments,
+                writer,
+                error: None,
+                unsynced_messages: 0,
+                unsynced_since_ms: None,
+                generation: 0,
+            }),
+            cache_key: self.cache.register(written_offset.clone()),
+            end_offset: Watermark::new(end),
+            written_offset,
+            durable_offset: Watermark::new(end),
+            sync_wanted: Watermark::new(end),
+            closed: Cell::new(false),
+        });
+        glommio::spawn_local(log.clone().run_flusher()).detach();
+        tracing::debug!(
+            log = %dir.display(),
+            clean,
+            log_start_offset = log.log_start_offset(),
+            log_end_offset = end,
+            "log opened"
+        );
+        Ok(log)
+    }
+
+    async fn open_segment(
+        &self,
+        dir: &Path,
+        base: i64,
+        last: bool,
+        clean: bool,
+        next_base: Option<i64>,
+        config: &LogConfig,
+    ) -> Result<Segment, LogError> {
+        let path = segment::log_path(dir, base);
+        let file = SegmentFile::open(&path, self.io_mode, false).await?;
+        let file_bytes = file.size().await?;
+        let mut segment = Segment::new(base, Rc::new(file), now_ms());
+        let trusted = if last && !clean {
+            None
+        } else {
+            self.load_indexes(dir, base, file_bytes).await
+        };
+        let batch_bytes_max = LogConfig::SEGMENT_BYTES_LIMIT as usize;
+        let rebuilt = trusted.is_none();
+        let outcome = match trusted {
+            Some((offsets, times)) => {
+                segment
+                    .adopt_indexes(
+                        offsets,
+                        times,
+                        file_bytes,
+                        config.index_interval_bytes,
+                        batch_bytes_max,
+                    )
+                    .await?
+            }
+            None => {
+                segment
+                    .scan(
+                        file_bytes,
+                        config.index_interval_bytes,
+                        batch_bytes_max,
+                        i64::MAX,
+                    )
+                    .await?
+            }
+        };
+        if let Some(reason) = &outcome.invalid {
+            if last {
+                tracing::warn!(
+                    segment = %path.display(),
+                    log_end_offset = segment.next_offset,
+                    cut_bytes = outcome.trailing_bytes,
+                    reason = %reason,
+                    "recovery cut the log after its last whole, valid batch"
+                );
+                segment.file.truncate(segment.size_bytes).await?;
+            } else {
+                // A sealed segment was synced whole when it was sealed: damage here is
+                // corruption, not a torn write. Keep every byte (reads report the bad batch),
+                // and never cut the segments after it.
+                tracing::error!(
+                    segment = %path.display(),
+                    position = segment.size_bytes,
+                    reason = %reason,
+                    "sealed segment is damaged; reads of the damaged part will fail"
+                );
+                segment.size_bytes = file_bytes;
+                segment.next_offset = next_base.unwrap_or(segment.next_offset);
+            }
+        } else if let Some(next) = next_base
+            && segment.next_offset != next
+        {
+            tracing::error!(
+                segment = %path.display(),
+                ends_at = segment.next_offset,
+                next_segment = next,
+                "offsets are not dense across segments"
+            );
+        }
+        if !last && rebuilt {
+            segment.seal_time_index();
+            let mode = self.io_mode;
+            file::write_file_atomic(
+                &segment::offset_index_path(dir, base),
+                &segment.offset_index.encode(),
+                mode,
+            )
+            .await?;
+            file::write_file_atomic(
+                &segment::time_index_path(dir, base),
+                &segment.time_index.encode(),
+                mode,
+            )
+            .await?;
+            tracing::info!(segment = %path.display(), "rebuilt the indexes of a sealed segment");
+        }
+        Ok(segment)
+    }
+
+    /// Index files of a segment, if both exist and hold together with the segment.
+    async fn load_indexes(
+        &self,
+        dir: &Path,
+        base: i64,
+        file_bytes: u64,
+    ) -> Option<(OffsetIndex, TimeIndex)> {
+        let offsets_path = segment::offset_index_path(dir, base);
+        let times_path = segment::time_index_path(dir, base);
+        let offsets = file::read_file(&offsets_path, self.io_mode).await.ok()??;
+        let times = file::read_file(&times_path, self.io_mode).await.ok()??;
+        let offsets = match OffsetIndex::decode(&offsets, file_bytes) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(index = %offsets_path.display(), error = %e, "rebuilding index");
+                return None;
+            }
+        };
+        let relative_max = u32::try_from(file_bytes).unwrap_or(u32::MAX);
+        match TimeIndex::decode(&times, relative_max) {
+            Ok(times) => Some((offsets, times)),
+            Err(e) => {
+                tracing::warn!(index = %times_path.display(), error = %e, "rebuilding index");
+                None
+            }
+        }
+    }
+}
+
+/// The base offsets of the segments in `dir`, in order. Leftovers of interrupted operations
+/// (temporary files, indexes without a segment) are removed.
+fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| IoFailure::new("listing", dir, &e))?;
+    let mut bases = Vec::new();
+    let mut others = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| IoFailure::new("listing", dir, &e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match segment::parse_log_name(&name) {
+            Some(base) => bases.push(base),
+            None => others.push(name),
+        }
+    }
+    bases.sort_unstable();
+    for name in others {
+        let stem = name.split('.').next().unwrap_or("");
+        let orphan_index = (name.ends_with(".index") || name.ends_with(".timeindex"))
+            && !stem
+                .parse::<i64>()
+                .is_ok_and(|b| bases.binary_search(&b).is_ok());
+        if name.ends_with(".tmp") || orphan_index {
+            let path = dir.join(&name);
+            std::fs::remove_file(&path).map_err(|e| IoFailure::new("removing", &path, &e))?;
+        } else {
+            tracing::debug!(file = %name, "ignoring unknown file in log directory");
+        }
+    }
+    Ok(bases)
+}

@@ -1,0 +1,430 @@
+//! Scenario tests of a log on a real filesystem: appends and reads, rolls, reopening after a
+//! clean and an unclean stop, torn writes, bit flips, retention, truncation, the tmpfs fallback.
+
+mod common;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use common::*;
+use storage::batch::{self, BatchHeader};
+use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig, Visibility};
+
+/// Appends `n` batches of `count` records and returns each batch as the log now holds it.
+async fn append_batches(log: &Log, n: usize, count: i32, value_bytes: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut expected = records(count, value_bytes, 1_000 + i as i64);
+        let info = log.append(expected.clone(), 3).await.expect("append");
+        assert_eq!(info.last_offset - info.base_offset + 1, i64::from(count));
+        batch::assign_offsets(&mut expected, info.base_offset, 3);
+        out.push(expected.freeze());
+    }
+    out
+}
+
+/// Reads the whole log from `from` and returns its batches.
+async fn read_all(log: &Log, from: i64) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while offset < log.log_end_offset() {
+        let batches = log
+            .read(offset, 100_000, log.log_end_offset())
+            .await
+            .expect("read");
+        assert!(!batches.is_empty(), "read at {offset} made no progress");
+        for b in batches {
+            let h = BatchHeader::parse(&b).unwrap();
+            assert!(h.last_offset() >= offset);
+            offset = h.next_offset();
+            out.push(b);
+        }
+    }
+    out
+}
+
+#[test]
+fn appends_get_dense_offsets_and_read_back_from_cache_and_disk() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        for cache_bytes_max in [1 << 20, 0] {
+            let path = dir.path().join(format!("p-{cache_bytes_max}"));
+            let shard = shard(
+                dir.path(),
+                StorageConfig {
+                    cache_bytes_max,
+                    ..small_storage_config()
+                },
+            )
+            .await;
+            let log = open(&shard, &path, small_log_config()).await;
+            let written = append_batches(&log, 50, 5, 300).await;
+            assert_eq!(log.log_end_offset(), 250);
+            log.wait_written(250).await.unwrap();
+            assert_eq!(log.high_watermark(), 250);
+            assert!(log.segment_count() > 1, "64 KiB segments roll");
+            assert_eq!(read_all(&log, 0).await, written);
+            // A read starting inside a batch gets that whole batch first.
+            let got = log.read(7, 1, 250).await.unwrap();
+            assert_eq!(got, vec![written[1].clone()]);
+            // Never past the upper bound.
+            let got = log.read(0, 1 << 20, 10).await.unwrap();
+            assert_eq!(got, written[..2].to_vec());
+            assert!(log.read(10, 1 << 20, 10).await.unwrap().is_empty());
+            assert!(matches!(
+                log.read(251, 100, 1000).await,
+                Err(ReadError::OffsetOutOfRange { .. })
+            ));
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn invalid_batches_are_refused_whole() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let mut two = records(2, 10, 1);
+        let mut bad = records(2, 10, 2);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        two.extend_from_slice(&bad);
+        assert!(matches!(
+            log.append(two, 0).await,
+            Err(storage::AppendError::InvalidBatch { .. })
+        ));
+        assert_eq!(log.log_end_offset(), 0, "nothing of the set was appended");
+        let config = LogConfig {
+            max_message_bytes: 100,
+            ..small_log_config()
+        };
+        log.set_config(config);
+        assert!(matches!(
+            log.append(records(1, 200, 1), 0).await,
+            Err(storage::AppendError::InvalidBatch {
+                source: storage::BatchError::TooLarge { .. },
+                ..
+            })
+        ));
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn reopening_after_a_clean_close_keeps_everything() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let written = append_batches(&log, 40, 3, 500).await;
+        log.close().await.unwrap();
+        assert!(log.append(records(1, 1, 1), 0).await.is_err(), "closed");
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 120);
+        assert_eq!(read_all(&log, 0).await, written);
+        let more = append_batches(&log, 5, 3, 500).await;
+        assert_eq!(more[0][..8], 120i64.to_be_bytes());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn an_unclean_stop_keeps_every_written_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let (p, q) = (path.clone(), path.clone());
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let w = written.clone();
+    run(move || async move {
+        let shard = shard(&p, small_storage_config()).await;
+        let log = open(&shard, &p, small_log_config()).await;
+        let batches = append_batches(&log, 30, 4, 700).await;
+        log.wait_written(log.log_end_offset()).await.unwrap();
+        *w.lock().unwrap() = batches;
+        // The executor ends here without closing the log: a crash of the process.
+    });
+    assert!(!path.join("clean-shutdown").exists());
+    run(move || async move {
+        let shard = shard(&q, small_storage_config()).await;
+        let log = open(&shard, &q, small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 120);
+        assert_eq!(read_all(&log, 0).await, *written.lock().unwrap());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn durable_waits_share_syncs_and_visibility_follows_durability() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = shard
+            .open_log(dir.path(), small_log_config(), Visibility::Durable)
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let log = log.clone();
+            tasks.push(glommio::spawn_local(async move {
+                let info = log.append(records(2, 100, i), 0).await.unwrap();
+                log.wait_durable(info.next_offset).await.unwrap();
+                assert!(log.high_watermark() >= info.next_offset);
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        assert_eq!(log.high_watermark(), 40);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_the_last_whole_batch() {
+    // Cut the active segment at many byte positions; every batch wholly before the cut must
+    // survive and nothing after it may be served.
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    run(move || async move {
+        let config = LogConfig {
+            segment_bytes_max: 1 << 20,
+            ..small_log_config()
+        };
+        let shard = shard(&base, small_storage_config()).await;
+        let original = base.join("original");
+        let log = open(&shard, &original, config.clone()).await;
+        let written = append_batches(&log, 20, 3, 200).await;
+        log.close().await.unwrap();
+        let segment = original.join(format!("{:020}.log", 0));
+        let bytes = std::fs::read(&segment).unwrap();
+        let mut ends = Vec::new();
+        let mut at = 0;
+        for b in &written {
+            at += b.len();
+            ends.push(at);
+        }
+        let mut cuts: Vec<usize> = (0..bytes.len()).step_by(97).collect();
+        cuts.extend(ends.iter().copied());
+        cuts.extend(ends.iter().map(|e| e - 1));
+        for cut in cuts {
+            let dir = base.join(format!("cut-{cut}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{:020}.log", 0)), &bytes[..cut]).unwrap();
+            let log = open(&shard, &dir, config.clone()).await;
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            assert_eq!(log.log_end_offset(), whole as i64 * 3, "cut at {cut}");
+            assert_eq!(read_all(&log, 0).await, written[..whole].to_vec());
+            // The log goes on from there.
+            let more = append_batches(&log, 1, 3, 10).await;
+            assert_eq!(more[0][..8], (whole as i64 * 3).to_be_bytes());
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_bit_flip_in_an_old_segment_is_reported_not_served() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 0,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let written = append_batches(&log, 60, 2, 1000).await;
+        log.close().await.unwrap();
+        // Flip a bit in the value of the third batch of the first (sealed) segment.
+        let segment = dir.path().join(format!("{:020}.log", 0));
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let at = written[0].len() + written[1].len() + 500;
+        bytes[at] ^= 0x10;
+        std::fs::write(&segment, &bytes).unwrap();
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let hw = log.high_watermark();
+        assert_eq!(log.read(0, 1, hw).await.unwrap(), vec![written[0].clone()]);
+        assert!(matches!(
+            log.read(4, 1, hw).await,
+            Err(ReadError::Corrupt { .. })
+        ));
+        // A read that would run into it stops short of it or reports it; it never serves it.
+        match log.read(2, 1 << 20, hw).await {
+            Ok(batches) => assert!(!batches.contains(&written[2])),
+            Err(e) => assert!(matches!(e, ReadError::Corrupt { .. })),
+        }
+        // Batches after it, and in later segments, are fine.
+        assert_eq!(log.read(6, 1, hw).await.unwrap(), vec![written[3].clone()]);
+        assert_eq!(
+            log.read(110, 1, hw).await.unwrap(),
+            vec![written[55].clone()]
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn retention_deletes_old_segments_by_size_and_time() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let config = LogConfig {
+            retention_bytes: Some(200 << 10),
+            ..small_log_config()
+        };
+        let log = open(&shard, dir.path(), config.clone()).await;
+        let written = append_batches(&log, 100, 4, 1000).await;
+        let before = log.segment_count();
+        assert!(log.size_bytes() > 300 << 10);
+        let deleted = log.enforce_retention(0).await.unwrap();
+        assert!(deleted > 0);
+        assert_eq!(log.segment_count(), before - deleted);
+        assert!(log.size_bytes() >= 200 << 10, "never below retention.bytes");
+        let start = log.log_start_offset();
+        assert!(start > 0);
+        assert!(matches!(
+            log.read(0, 1, log.high_watermark()).await,
+            Err(ReadError::OffsetOutOfRange { .. })
+        ));
+        let first_kept = written
+            .iter()
+            .position(|b| b[..8] == start.to_be_bytes())
+            .unwrap();
+        assert_eq!(read_all(&log, start).await, written[first_kept..].to_vec());
+
+        // Time: every record has a timestamp near 1_000, so all is expired at 1_000_000 with a
+        // retention of 1 s, the active segment included (it is rolled first).
+        log.set_config(LogConfig {
+            retention_ms: Some(1_000),
+            retention_bytes: None,
+            ..config
+        });
+        log.enforce_retention(1_000_000).await.unwrap();
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.log_start_offset(), 400);
+        assert_eq!(log.log_end_offset(), 400);
+        append_batches(&log, 1, 1, 1).await;
+        assert_eq!(log.log_end_offset(), 401);
+        log.close().await.unwrap();
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_start_offset(), 400);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncation_drops_the_batch_holding_the_offset_and_all_after() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let written = append_batches(&log, 60, 5, 700).await;
+        log.truncate_to(122).await.unwrap();
+        assert_eq!(log.log_end_offset(), 120);
+        assert_eq!(read_all(&log, 0).await, written[..24].to_vec());
+        let more = append_batches(&log, 3, 5, 700).await;
+        assert_eq!(more[0][..8], 120i64.to_be_bytes());
+        log.close().await.unwrap();
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let mut expected = written[..24].to_vec();
+        expected.extend(more);
+        assert_eq!(read_all(&log, 0).await, expected);
+        log.truncate_to(0).await.unwrap();
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(log.segment_count(), 1);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn offsets_are_found_by_timestamp() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        // Batch i holds 10 records with timestamps 1000*i .. 1000*i + 9.
+        for i in 0..100 {
+            log.append(records(10, 200, 1000 * i), 0).await.unwrap();
+        }
+        assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some((0, 9)));
+        assert_eq!(
+            log.offset_for_timestamp(42_005).await.unwrap(),
+            Some((425, 42_009))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(42_010).await.unwrap(),
+            Some((430, 43_009))
+        );
+        assert_eq!(log.offset_for_timestamp(99_010).await.unwrap(), None);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn buffered_io_works_and_tmpfs_falls_back_to_it() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), buffered()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let written = append_batches(&log, 30, 2, 900).await;
+        log.close().await.unwrap();
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(read_all(&log, 0).await, written);
+        log.close().await.unwrap();
+
+        let shm = std::path::Path::new("/dev/shm");
+        if shm.is_dir() {
+            let dir = tempfile::tempdir_in(shm).unwrap();
+            let mode = storage::resolve_io_mode(dir.path(), storage::IoMode::Auto).unwrap();
+            assert_eq!(mode, ResolvedIoMode::Buffered, "tmpfs has no direct IO");
+            let shard = shard_with_mode(dir.path(), small_storage_config(), mode).await;
+            let log = open(&shard, dir.path(), small_log_config()).await;
+            let written = append_batches(&log, 30, 2, 900).await;
+            log.close().await.unwrap();
+            let log = open(&shard, dir.path(), small_log_config()).await;
+            assert_eq!(read_all(&log, 0).await, written);
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn shard_cache_stays_within_budget_and_drops_closed_logs() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 100 << 10,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let logs: Vec<Rc<Log>> = futures_lite::stream::iter(0..3)
+            .then(|i| {
+                let shard = shard.clone();
+                let path = dir.path().join(i.to_string());
+                async move { open(&shard, &path, small_log_config()).await }
+            })
+            .collect()
+            .await;
+        for log in &logs {
+            append_batches(log, 50, 2, 1000).await;
+            log.wait_written(log.log_end_offset()).await.unwrap();
+        }
+        append_batches(&logs[0], 1, 1, 1).await;
+        assert!(shard.cache_used_bytes() <= (100 << 10) + 4096);
+        for log in &logs {
+            log.close().await.unwrap();
+        }
+        assert_eq!(shard.cache_used_bytes(), 0);
+    });
+}
+
+use futures_lite::StreamExt;
