@@ -1,0 +1,206 @@
+"""Just enough of Kafka's wire protocol to talk to a broker without a client library.
+
+The harness uses it to tell when a broker is ready, and the tests use it where a client library
+would hide what the broker did (garbage on the socket, the error code of one Metadata topic).
+Only old, non-flexible request versions are spoken: every Kafka broker must still accept them.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+API_METADATA = 3
+API_API_VERSIONS = 18
+
+ERROR_NONE = 0
+ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+# A response bigger than this is a broker bug; refusing it keeps a bad size from hanging a test.
+RESPONSE_BYTES_MAX = 64 * 1024 * 1024
+
+
+class WireError(Exception):
+    """The broker closed the connection or sent a frame we cannot read."""
+
+
+def string(value: str | None) -> bytes:
+    if value is None:
+        return struct.pack(">h", -1)
+    data = value.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def request_frame(
+    api_key: int, api_version: int, correlation_id: int, body: bytes, client_id: str = "spindle-tests"
+) -> bytes:
+    """A size-prefixed request with header v1 (the header of every non-flexible version)."""
+    header = struct.pack(">hhi", api_key, api_version, correlation_id) + string(client_id)
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+class Reader:
+    """Reads big-endian Kafka primitives from one response body."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise WireError(f"response truncated: wanted {n} bytes at {self.pos} of {len(self.data)}")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self.take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self.take(4))[0]
+
+    def string(self) -> str | None:
+        n = self.int16()
+        return None if n < 0 else self.take(n).decode()
+
+    def array_len(self) -> int:
+        n = self.int32()
+        if n > len(self.data):
+            raise WireError(f"array length {n} exceeds the response")
+        return max(n, 0)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    error_code: int
+    name: str
+    partition_count: int
+
+
+@dataclass(frozen=True)
+class MetadataResponse:
+    brokers: list[BrokerInfo]
+    controller_id: int
+    topics: list[TopicInfo]
+
+
+class Connection:
+    """One blocking TCP connection that sends requests and reads their responses in order."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.next_correlation_id = 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise WireError("connection closed by the broker")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def request(self, api_key: int, api_version: int, body: bytes) -> Reader:
+        """Sends one request and returns a reader positioned after the response header v0."""
+        correlation_id = self.next_correlation_id
+        self.next_correlation_id += 1
+        self.send_raw(request_frame(api_key, api_version, correlation_id, body))
+        size = struct.unpack(">i", self.recv_exact(4))[0]
+        if size < 4 or size > RESPONSE_BYTES_MAX:
+            raise WireError(f"bad response size {size}")
+        reader = Reader(self.recv_exact(size))
+        got = reader.int32()
+        if got != correlation_id:
+            raise WireError(f"correlation id {got}, expected {correlation_id}")
+        return reader
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions v0: api key -> (min version, max version)."""
+        reader = self.request(API_API_VERSIONS, 0, b"")
+        error = reader.int16()
+        if error != ERROR_NONE:
+            raise WireError(f"ApiVersions v0 answered error {error}")
+        versions = {}
+        for _ in range(reader.array_len()):
+            key, lo, hi = reader.int16(), reader.int16(), reader.int16()
+            versions[key] = (lo, hi)
+        return versions
+
+    def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = True) -> MetadataResponse:
+        """Metadata v4, the first version that can ask the broker not to create topics."""
+        if topics is None:
+            body = struct.pack(">i", -1)
+        else:
+            body = struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics)
+        body += struct.pack(">b", 1 if allow_auto_topic_creation else 0)
+        reader = self.request(API_METADATA, 4, body)
+        reader.int32()  # throttle_time_ms
+        brokers = []
+        for _ in range(reader.array_len()):
+            node_id = reader.int32()
+            host = reader.string() or ""
+            port = reader.int32()
+            reader.string()  # rack
+            brokers.append(BrokerInfo(node_id, host, port))
+        reader.string()  # cluster_id
+        controller_id = reader.int32()
+        topic_infos = []
+        for _ in range(reader.array_len()):
+            error_code = reader.int16()
+            name = reader.string() or ""
+            reader.int8()  # is_internal
+            partitions = reader.array_len()
+            for _ in range(partitions):
+                reader.int16()  # error_code
+                reader.int32()  # partition_index
+                reader.int32()  # leader_id
+                for _ in range(reader.array_len()):  # replica_nodes
+                    reader.int32()
+                for _ in range(reader.array_len()):  # isr_nodes
+                    reader.int32()
+            topic_infos.append(TopicInfo(error_code, name, partitions))
+        return MetadataResponse(brokers, controller_id, topic_infos)
+
+
+def wait_until_serving(host: str, port: int, deadline: float) -> MetadataResponse:
+    """Polls until the broker accepts a connection and answers ApiVersions and Metadata."""
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with Connection(host, port, timeout_s=2.0) as conn:
+                conn.api_versions()
+                response = conn.metadata(None)
+                if response.brokers:
+                    return response
+                last_error = WireError("Metadata listed no brokers")
+        except (OSError, WireError) as e:
+            last_error = e
+        time.sleep(0.05)
+    raise TimeoutError(f"broker at {host}:{port} not serving: {last_error}")

@@ -1,0 +1,59 @@
+"""spindle's command-line flags that a client can observe."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import clients
+import kafka_wire
+from conftest import SPINDLE_BIN, Broker, free_port
+
+pytestmark = pytest.mark.spindle_only("spindle's command line")
+
+
+def test_advertised_address_is_what_metadata_reports(broker_factory, unique) -> None:
+    broker: Broker = broker_factory(advertise_host="localhost")
+
+    with kafka_wire.Connection(broker.host, broker.port) as conn:
+        meta = conn.metadata(None)
+
+    assert [(b.host, b.port) for b in meta.brokers] == [("localhost", broker.port)]
+    # Clients follow the advertised address, so it must work too.
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    [acked] = clients.produce_acked(clients.producer(f"localhost:{broker.port}"), topic, [(b"k", b"v")])
+    assert acked.offset == 0
+
+
+def test_node_id_is_the_broker_and_controller_id(broker_factory) -> None:
+    broker: Broker = broker_factory(node_id=7)
+
+    with kafka_wire.Connection(broker.host, broker.port) as conn:
+        meta = conn.metadata(None)
+
+    assert [b.node_id for b in meta.brokers] == [7]
+    assert meta.controller_id == 7
+
+
+def test_zero_cores_is_refused_with_a_clear_error(tmp_path) -> None:
+    result = subprocess.run(
+        [
+            str(SPINDLE_BIN),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--data-dir",
+            str(tmp_path),
+            "--cores",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "cores" in result.stderr
