@@ -80,8 +80,10 @@ pub enum ReadError {
 pub enum SyncError {
     #[error("log is offline after a disk error: {0}")]
     Storage(IoFailure),
-    #[error("log was closed or truncated before the data was written")]
+    #[error("log was closed before the data was written")]
     Closed,
+    #[error("log was truncated while waiting: the data may be gone")]
+    Truncated,
 }
 
 /// Why a log could not be opened, closed or deleted.

@@ -304,6 +304,7 @@ impl Log {
     async fn wait(&self, mark: &Watermark, offset: i64) -> Result<(), SyncError> {
         match mark.wait_for(offset).await {
             Reached::Yes(_) => Ok(()),
+            Reached::Reset => Err(SyncError::Truncated),
             Reached::Closed => Err(match &self.state.borrow().error {
                 Some(e) => SyncError::Storage(e.clone()),
                 None => SyncError::Closed,

@@ -14,6 +14,8 @@ pub struct Watermark {
     value: Cell<i64>,
     /// Closed watermarks wake everyone: the owner went away (the log was closed or deleted).
     closed: Cell<bool>,
+    /// Counts the times the value was lowered; a wait that started before a reset ends.
+    resets: Cell<u64>,
     /// (level, waiter id, waker). A waiter removes its entry when dropped, so abandoned waits
     /// (a long poll that timed out) do not pile up on an idle watermark.
     waiters: RefCell<Vec<(i64, u64, Waker)>>,
@@ -27,6 +29,9 @@ pub enum Reached {
     Yes(i64),
     /// The watermark was closed before the level was reached.
     Closed,
+    /// The value was lowered (the log was truncated) while waiting: what was waited for may
+    /// never come, so the waiter must look again.
+    Reset,
 }
 
 impl Watermark {
@@ -34,6 +39,7 @@ impl Watermark {
         Watermark {
             value: Cell::new(value),
             closed: Cell::new(false),
+            resets: Cell::new(0),
             waiters: RefCell::new(Vec::new()),
             next_waiter_id: Cell::new(0),
         }
@@ -62,9 +68,13 @@ impl Watermark {
         woken.into_iter().for_each(Waker::wake);
     }
 
-    /// Lowers the value. Only truncation does this; waiters stay registered.
+    /// Sets the value, lower too. Only truncation does this; every current wait ends with
+    /// [`Reached::Reset`].
     pub fn reset(&self, value: i64) {
         self.value.set(value);
+        self.resets.set(self.resets.get() + 1);
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        waiters.into_iter().for_each(|(_, _, w)| w.wake());
     }
 
     pub fn close(&self) {
@@ -82,6 +92,7 @@ impl Watermark {
         WaitFor {
             watermark: self,
             level,
+            resets: self.resets.get(),
             id: None,
         }
     }
@@ -91,6 +102,7 @@ impl Watermark {
 pub struct WaitFor<'a> {
     watermark: &'a Watermark,
     level: i64,
+    resets: u64,
     id: Option<u64>,
 }
 
@@ -106,6 +118,10 @@ impl Future for WaitFor<'_> {
         if w.closed.get() {
             self.deregister();
             return Poll::Ready(Reached::Closed);
+        }
+        if w.resets.get() != self.resets {
+            self.deregister();
+            return Poll::Ready(Reached::Reset);
         }
         let level = self.level;
         let mut waiters = w.waiters.borrow_mut();
@@ -169,6 +185,16 @@ mod tests {
         assert!(future::block_on(future::poll_once(&mut wait)).is_none());
         w.close();
         assert_eq!(future::block_on(wait), Reached::Closed);
+    }
+
+    #[test]
+    fn lowering_the_value_ends_current_waits() {
+        let w = Watermark::new(10);
+        let mut wait = Box::pin(w.wait_for(20));
+        assert!(future::block_on(future::poll_once(&mut wait)).is_none());
+        w.reset(5);
+        assert_eq!(future::block_on(wait), Reached::Reset);
+        assert_eq!(future::block_on(w.wait_for(5)), Reached::Yes(5));
     }
 
     #[test]

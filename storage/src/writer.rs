@@ -176,14 +176,24 @@ impl SegmentWriter {
             if self.written_bytes.get() >= target as i64 {
                 return Ok(());
             }
-            let running = self.state.borrow().flush_in_progress;
+            // A flush whose write already completed counts as finished even before its task
+            // runs again to say so: waiting on it would spin without yielding.
+            let running = self
+                .state
+                .borrow()
+                .flush_in_progress
+                .filter(|&end| self.written_bytes.get() < end as i64);
             match running {
                 Some(end) => self.wait_written(end.min(target)).await?,
                 None => {
                     let end = self.submit_partial();
                     self.state.borrow_mut().flush_in_progress = Some(end);
                     let result = self.wait_written(end).await;
-                    self.state.borrow_mut().flush_in_progress = None;
+                    let mut s = self.state.borrow_mut();
+                    if s.flush_in_progress == Some(end) {
+                        s.flush_in_progress = None;
+                    }
+                    drop(s);
                     result?;
                 }
             }
@@ -206,7 +216,7 @@ impl SegmentWriter {
     async fn wait_written(&self, position: u64) -> Result<(), IoFailure> {
         match self.written_bytes.wait_for(position as i64).await {
             Reached::Yes(_) => Ok(()),
-            Reached::Closed => Err(self.error().unwrap_or_else(|| {
+            Reached::Closed | Reached::Reset => Err(self.error().unwrap_or_else(|| {
                 IoFailure::new(
                     "writing",
                     self.file.path(),
