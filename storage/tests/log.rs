@@ -1,5 +1,6 @@
 //! Scenario tests of a log on a real filesystem: appends and reads, rolls, reopening after a
 //! clean and an unclean stop, torn writes, bit flips, retention, truncation, the tmpfs fallback.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Random sequences of append, roll, read, truncate, retention and reopen (clean, and unclean:
 //! the executor ends without closing the log, as in a crash of the process) run against a
 //! simple in-memory model of the log; the two must agree after every step.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 
