@@ -1,1 +1,18 @@
-//! FlatBuffers schemas and their generated code.
+//! FlatBuffers schemas of Spindle's own records and node-to-node messages, with the generated
+//! Rust code. The schemas are `schema/fbs/*.fbs`; `scripts/gen-schema` regenerates
+//! `src/generated/` with the matching `flatc`, and both are committed.
+//!
+//! - [`metadata`]: the broker's topics, their settings and partition placement.
+
+#[allow(
+    unsafe_code,
+    unused_imports,
+    dead_code,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::unwrap_used
+)]
+#[rustfmt::skip]
+mod generated;
+
+pub use generated::spindle::metadata;
