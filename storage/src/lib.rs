@@ -36,5 +36,5 @@ pub use cache::BatchCache;
 pub use config::{IoMode, LogConfig, StorageConfig};
 pub use error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 pub use file::{ResolvedIoMode, resolve_io_mode};
-pub use log::{AppendInfo, Log, ShardStorage, Visibility};
+pub use log::{AppendInfo, Log, ShardStorage};
 pub use watermark::Watermark;

@@ -63,16 +63,6 @@ impl ShardStorage {
     }
 }
 
-/// When appended records become visible to readers (the high watermark).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Visibility {
-    /// Once written to the file: they survive a crash of the process (Kafka's acks=1 promise).
-    Written,
-    /// Once fdatasync'd: they survive a power loss. Every append asks for a sync, and appends
-    /// waiting together share one (group commit).
-    Durable,
-}
-
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -89,7 +79,6 @@ pub struct Log {
     pub(crate) dir: PathBuf,
     pub(crate) shard: Rc<ShardStorage>,
     pub(crate) config: RefCell<LogConfig>,
-    pub(crate) visibility: Visibility,
     pub(crate) append_lock: Semaphore,
     pub(crate) state: RefCell<State>,
     pub(crate) cache_key: CacheKey,
@@ -174,17 +163,15 @@ impl Log {
         &self.end_offset
     }
 
-    /// The offset below which records are visible to consumers.
+    /// The offset below which records are visible to consumers: those written to their files.
+    /// (With replication the broker will keep its own high watermark, at most this.)
     pub fn high_watermark(&self) -> i64 {
-        self.high_watermark_mark().get()
+        self.written_offset.get()
     }
 
     /// The high watermark as a watermark, to wait for new visible records.
     pub fn high_watermark_mark(&self) -> &Watermark {
-        match self.visibility {
-            Visibility::Written => &self.written_offset,
-            Visibility::Durable => &self.durable_offset,
-        }
+        &self.written_offset
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -277,7 +264,7 @@ impl Log {
         }
         let unsynced = self.state.borrow().unsynced_messages;
         let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
-        if self.visibility == Visibility::Durable || sync_by_count {
+        if sync_by_count {
             self.sync_wanted.advance(next_offset);
         }
         Ok(AppendInfo {
@@ -599,23 +586,50 @@ impl Log {
             }
             doomed
         };
-        for &base in &doomed {
+        self.delete_segments(&doomed, "retention").await?;
+        Ok(doomed.len())
+    }
+
+    /// Deletes the sealed segments that hold only offsets below `offset`, moving the log start
+    /// up to at most `offset`: for logs that keep their own snapshots (the consumer offsets
+    /// log). Returns how many were deleted.
+    pub async fn delete_before(&self, offset: i64) -> Result<usize, LogError> {
+        let _permit = match self.append_lock.acquire_permit(1).await {
+            Ok(p) => p,
+            Err(_) => return Ok(0),
+        };
+        let doomed: Vec<i64> = {
+            let state = self.state.borrow();
+            let sealed = state.segments.values().take(state.segments.len() - 1);
+            sealed
+                .take_while(|s| s.next_offset <= offset)
+                .map(|s| s.base_offset)
+                .collect()
+        };
+        self.delete_segments(&doomed, "delete_before").await?;
+        Ok(doomed.len())
+    }
+
+    /// Removes the given oldest segments (with the append lock held).
+    async fn delete_segments(&self, bases: &[i64], why: &str) -> Result<(), LogError> {
+        for &base in bases {
             let removed = self.state.borrow_mut().segments.remove(&base);
             if let Some(segment) = removed {
                 self.delete_segment_files(segment).await?;
             }
         }
-        if !doomed.is_empty() {
+        if !bases.is_empty() {
             let start = self.log_start_offset();
             self.shard.cache.forget_below(self.cache_key, start);
             tracing::info!(
                 log = %self.dir.display(),
-                segments = doomed.len(),
+                segments = bases.len(),
                 log_start_offset = start,
-                "retention deleted segments"
+                why,
+                "deleted old segments"
             );
         }
-        Ok(doomed.len())
+        Ok(())
     }
 
     async fn delete_segment_files(&self, segment: Segment) -> Result<(), IoFailure> {

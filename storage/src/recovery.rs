@@ -19,7 +19,7 @@ use crate::config::LogConfig;
 use crate::error::{IoFailure, LogError};
 use crate::file::{self, SegmentFile};
 use crate::index::{OffsetIndex, TimeIndex};
-use crate::log::{Log, ShardStorage, State, Visibility, now_ms};
+use crate::log::{Log, ShardStorage, State, now_ms};
 use crate::segment::{self, Segment};
 use crate::watermark::Watermark;
 use crate::writer::SegmentWriter;
@@ -35,7 +35,6 @@ impl ShardStorage {
         self: &Rc<Self>,
         dir: &Path,
         config: LogConfig,
-        visibility: Visibility,
     ) -> Result<Rc<Log>, LogError> {
         let config = config.clamped();
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
@@ -81,7 +80,6 @@ impl ShardStorage {
             dir: dir.to_path_buf(),
             shard: self.clone(),
             config: RefCell::new(config),
-            visibility,
             append_lock: Semaphore::new(1),
             state: RefCell::new(State {
                 segments,

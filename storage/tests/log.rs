@@ -9,7 +9,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use common::*;
 use storage::batch::{self, BatchHeader};
-use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig, Visibility};
+use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig};
 
 /// Appends `n` batches of `count` records and returns each batch as the log now holds it.
 async fn append_batches(log: &Log, n: usize, count: i32, value_bytes: usize) -> Vec<Bytes> {
@@ -158,27 +158,47 @@ fn an_unclean_stop_keeps_every_written_batch() {
 }
 
 #[test]
-fn durable_waits_share_syncs_and_visibility_follows_durability() {
+fn durable_waits_are_served_by_shared_syncs() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let shard = shard(dir.path(), small_storage_config()).await;
-        let log = shard
-            .open_log(dir.path(), small_log_config(), Visibility::Durable)
-            .await
-            .unwrap();
+        let log = open(&shard, dir.path(), small_log_config()).await;
         let mut tasks = Vec::new();
         for i in 0..20 {
             let log = log.clone();
             tasks.push(glommio::spawn_local(async move {
                 let info = log.append(records(2, 100, i), 0).await.unwrap();
                 log.wait_durable(info.next_offset).await.unwrap();
-                assert!(log.high_watermark() >= info.next_offset);
+                assert!(
+                    log.high_watermark() >= info.next_offset,
+                    "durable implies written"
+                );
             }));
         }
         for t in tasks {
             t.await;
         }
         assert_eq!(log.high_watermark(), 40);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn delete_before_moves_the_log_start_by_whole_segments() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let written = append_batches(&log, 60, 2, 1000).await;
+        assert_eq!(log.delete_before(0).await.unwrap(), 0);
+        let deleted = log.delete_before(70).await.unwrap();
+        assert!(deleted > 0);
+        let start = log.log_start_offset();
+        assert!(start > 0 && start <= 70, "log start {start}");
+        assert_eq!(
+            read_all(&log, start).await,
+            written[(start / 2) as usize..].to_vec()
+        );
         log.close().await.unwrap();
     });
 }

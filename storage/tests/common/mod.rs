@@ -10,8 +10,7 @@ use bytes::BytesMut;
 use glommio::LocalExecutorBuilder;
 use storage::batch::testing;
 use storage::{
-    IoMode, Log, LogConfig, ResolvedIoMode, ShardStorage, StorageConfig, Visibility,
-    resolve_io_mode,
+    IoMode, Log, LogConfig, ResolvedIoMode, ShardStorage, StorageConfig, resolve_io_mode,
 };
 
 /// Runs `f` on a fresh glommio executor and waits for it. Tasks left running when `f` returns
@@ -63,10 +62,7 @@ pub fn small_log_config() -> LogConfig {
 }
 
 pub async fn open(shard: &Rc<ShardStorage>, dir: &Path, config: LogConfig) -> Rc<Log> {
-    shard
-        .open_log(dir, config, Visibility::Written)
-        .await
-        .expect("log opens")
+    shard.open_log(dir, config).await.expect("log opens")
 }
 
 /// A producer's batch of `count` records; its bytes depend on `seed` so batches differ.
