@@ -89,12 +89,22 @@ pub fn decode_request(mut frame: BytesMut) -> Result<(RequestHeader, Request), D
             correlation_id,
         });
     };
-    let header = RequestHeader::decode(&mut frame, api_key.request_header_version(api_version))
-        .map_err(|e| DecodeError::MalformedHeader {
+    let mut header_version = api_key.request_header_version(api_version);
+    if api_key == ApiKey::ApiVersions && !versions::accepts(api_key, api_version) {
+        // A client probing a version we never defined cannot know its header: flexible
+        // versions use header v2, older ones v1. Take whichever parses, to answer error 35.
+        let mut probe = frame.clone();
+        if RequestHeader::decode(&mut probe, header_version).is_err() {
+            header_version = 1;
+        }
+    }
+    let header = RequestHeader::decode(&mut frame, header_version).map_err(|e| {
+        DecodeError::MalformedHeader {
             api_key: raw_key,
             api_version,
             reason: e.to_string(),
-        })?;
+        }
+    })?;
     if !versions::accepts(api_key, api_version) {
         return Err(DecodeError::UnsupportedVersion { api_key, header });
     }
@@ -223,6 +233,15 @@ mod tests {
         let error = decode_request(future).unwrap_err();
         assert!(error.is_unsupported_api_versions());
         assert_eq!(error.header().unwrap().correlation_id, 7);
+    }
+
+    #[test]
+    fn unsupported_api_versions_version_with_the_old_header_is_flagged_too() {
+        // api key 18, version 999, correlation id 5, client id "c" (header v1, no tag buffer).
+        let frame = BytesMut::from(&[0u8, 18, 0x03, 0xe7, 0, 0, 0, 5, 0, 1, b'c'][..]);
+        let error = decode_request(frame).unwrap_err();
+        assert!(error.is_unsupported_api_versions());
+        assert_eq!(error.header().unwrap().correlation_id, 5);
     }
 
     #[test]

@@ -40,12 +40,6 @@ pub enum AppendError {
     },
     #[error("empty record set")]
     Empty,
-    /// A replicated batch does not continue the log where it ends.
-    #[error("batch at offset {base_offset} does not follow the log end offset {log_end_offset}")]
-    OffsetMismatch {
-        base_offset: i64,
-        log_end_offset: i64,
-    },
     #[error("log is offline after a disk error: {0}")]
     Storage(IoFailure),
     #[error("log is closed")]

@@ -77,7 +77,14 @@ pub async fn calibrate_direct_io(dir: &Path, mode: ResolvedIoMode) -> Result<(),
         return Ok(());
     }
     std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
-    let path = dir.join(".direct-io-calibration");
+    // One file per call: shards calibrate at the same time, and glommio panics if a file it
+    // is opening disappears (it unwraps a statfs of the path).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!(
+        ".direct-io-calibration-{}-{call}",
+        std::process::id()
+    ));
     std::fs::File::create(&path)
         .and_then(|mut f| {
             f.write_all(&[0xa5; ALIGNMENT as usize])?;

@@ -183,6 +183,17 @@ impl Log {
             .sum()
     }
 
+    /// The newest record timestamp in the log, if it has records.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.state
+            .borrow()
+            .segments
+            .values()
+            .map(|s| s.max_timestamp_ms)
+            .max()
+            .filter(|&t| t != i64::MIN)
+    }
+
     pub fn segment_count(&self) -> usize {
         self.state.borrow().segments.len()
     }
