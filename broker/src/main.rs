@@ -5,10 +5,27 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod api;
 mod cli;
+mod config;
+mod controller;
+mod groups;
+mod handler;
+mod mesh;
+mod metadata;
+mod partition;
+mod placement;
+mod producer;
+mod server;
+mod shard;
+mod topic_config;
 
 #[derive(Debug, Parser)]
-#[command(name = "spindle", version, about = "A Kafka-compatible streaming log broker")]
+#[command(
+    name = "spindle",
+    version,
+    about = "A Kafka-compatible streaming log broker"
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -17,7 +34,7 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a broker.
-    Serve,
+    Serve(config::ServeArgs),
     #[command(flatten)]
     Admin(cli::Command),
 }
@@ -25,7 +42,31 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Serve => ExitCode::SUCCESS,
+        Command::Serve(args) => serve(args),
         Command::Admin(command) => cli::run(command),
+    }
+}
+
+fn serve(args: config::ServeArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match args.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spindle serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match server::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("spindle serve: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

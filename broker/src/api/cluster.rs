@@ -1,0 +1,50 @@
+//! DescribeCluster and InitProducerId: answers about this broker itself.
+
+use net::kafka_protocol::ResponseError;
+use net::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use net::kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProducerId,
+};
+use net::kafka_protocol::protocol::StrBytes;
+
+use crate::api::metadata::OPERATIONS_NOT_ASKED;
+use crate::shard::Shard;
+
+pub fn describe_cluster(
+    shard: &Shard,
+    _request: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let node = BrokerId(shard.config.node_id);
+    let broker = DescribeClusterBroker::default()
+        .with_broker_id(node)
+        .with_host(StrBytes::from_string(shard.config.advertise_host.clone()))
+        .with_port(shard.config.advertise_port);
+    DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(shard.metadata().cluster_id.clone()))
+        .with_controller_id(node)
+        .with_brokers(vec![broker])
+        .with_cluster_authorized_operations(OPERATIONS_NOT_ASKED)
+}
+
+/// Ids for idempotent producers. A producer that asks again with its id and epoch (KIP-360, to
+/// recover from a failed batch) gets its next epoch. Transactions are not supported.
+pub fn init_producer_id(shard: &Shard, request: InitProducerIdRequest) -> InitProducerIdResponse {
+    if request.transactional_id.is_some() {
+        return InitProducerIdResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    let (id, epoch) = if request.producer_id.0 >= 0
+        && request.producer_epoch >= 0
+        && request.producer_epoch < i16::MAX - 1
+    {
+        (request.producer_id.0, request.producer_epoch + 1)
+    } else {
+        (shard.allocate_producer_id(), 0)
+    };
+    InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(id))
+        .with_producer_epoch(epoch)
+}

@@ -1,0 +1,225 @@
+//! Fetch: each partition is read on the shard that owns it; its batches come back as `Bytes`
+//! and go into the response frame as they are. When there is less than `min_bytes` to send, the
+//! request waits (at most `max_wait_ms`) for any of its partitions to get new records, woken by
+//! the appends themselves, then reads once more.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use net::kafka_protocol::ResponseError;
+use net::kafka_protocol::messages::FetchRequest;
+use net::kafka_protocol::protocol::StrBytes;
+use net::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
+use uuid::Uuid;
+
+use crate::api::on_owners;
+use crate::partition::Fetched;
+use crate::shard::Shard;
+
+/// The longest a fetch waits for records, whatever the client asks.
+const WAIT_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+struct Wanted {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> FetchResponse {
+    let deadline =
+        Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(WAIT_MAX);
+    let max_bytes = if version >= 3 {
+        usize::try_from(request.max_bytes).unwrap_or(0)
+    } else {
+        usize::MAX
+    };
+    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+    let metadata = shard.metadata();
+
+    // The topics as the response will list them, and what to read for each partition.
+    let mut topics = Vec::with_capacity(request.topics.len());
+    let mut wanted = Vec::new();
+    for t in &request.topics {
+        let topic = if version >= 13 {
+            metadata.topic_by_id(t.topic_id)
+        } else {
+            metadata.topics.get(t.topic.as_str())
+        }
+        .filter(|m| !m.internal);
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let owner = topic.and_then(|m| m.shard_of(p.partition));
+            let error = match (topic, owner) {
+                (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
+                (_, None) => Some(ResponseError::UnknownTopicOrPartition),
+                _ => None,
+            };
+            if let (Some(m), Some(owner)) = (topic, owner) {
+                wanted.push((
+                    owner,
+                    Wanted {
+                        topic: m.name.clone(),
+                        partition: p.partition,
+                        offset: p.fetch_offset,
+                        max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                    },
+                ));
+            }
+            partitions.push((p.partition, error));
+        }
+        let (name, id) = match topic {
+            Some(m) => (StrBytes::from_string(m.name.clone()), m.id),
+            None => (t.topic.clone().0, t.topic_id),
+        };
+        topics.push((name, id, partitions));
+    }
+
+    let mut fetched = read(shard, &wanted).await;
+    let total: usize = fetched.iter().map(Fetched::bytes).sum();
+    let failed = fetched.iter().any(|f| f.error.is_some());
+    if total < min_bytes.max(1) && !failed && !wanted.is_empty() && Instant::now() < deadline {
+        wait_for_records(shard, &wanted, deadline).await;
+        fetched = read(shard, &wanted).await;
+    }
+    respond(topics, fetched, max_bytes)
+}
+
+async fn read(shard: &Rc<Shard>, wanted: &[(usize, Wanted)]) -> Vec<Fetched> {
+    on_owners(
+        shard,
+        wanted.to_vec(),
+        |owner: Rc<Shard>, w: Wanted| async move {
+            match owner.partition(&w.topic, w.partition) {
+                Some(p) => p.fetch(w.offset, w.max_bytes).await,
+                None => Fetched::failed(ResponseError::NotLeaderOrFollower),
+            }
+        },
+        || Fetched::failed(ResponseError::NotLeaderOrFollower),
+    )
+    .await
+}
+
+/// Waits until any wanted partition has records at its fetch offset, or the deadline.
+async fn wait_for_records(shard: &Rc<Shard>, wanted: &[(usize, Wanted)], deadline: Instant) {
+    let mut by_owner: std::collections::BTreeMap<usize, Vec<Wanted>> = Default::default();
+    for (owner, w) in wanted {
+        by_owner.entry(*owner).or_default().push(w.clone());
+    }
+    let waits: Vec<Pin<Box<dyn Future<Output = ()>>>> = by_owner
+        .into_iter()
+        .map(|(owner, wanted)| {
+            let this = shard.clone();
+            let wait: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
+                let _ = this
+                    .mesh()
+                    .run_on(owner, &this, move |s: Rc<Shard>| async move {
+                        wait_on_shard(&s, &wanted, deadline).await;
+                    })
+                    .await;
+            });
+            wait
+        })
+        .collect();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let _ = glommio::timer::timeout(remaining, async {
+        first(waits).await;
+        Ok(())
+    })
+    .await;
+}
+
+/// On the owning shard: until one of `wanted` has records, or the deadline.
+async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) {
+    let partitions: Vec<_> = wanted
+        .iter()
+        .filter_map(|w| {
+            shard
+                .partition(&w.topic, w.partition)
+                .map(|p| (p, w.offset))
+        })
+        .collect();
+    if partitions.is_empty() || partitions.iter().any(|(p, offset)| p.has_data_at(*offset)) {
+        return;
+    }
+    let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = partitions
+        .iter()
+        .map(|(p, offset)| {
+            let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
+                p.log.high_watermark_mark().wait_for(offset + 1).await;
+            });
+            wait
+        })
+        .collect();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let _ = glommio::timer::timeout(remaining, async {
+        first(waits).await;
+        Ok(())
+    })
+    .await;
+}
+
+/// Resolves when the first of `futures` does.
+async fn first<'a>(mut futures: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
+    std::future::poll_fn(|cx| {
+        if futures.iter_mut().any(|f| f.as_mut().poll(cx).is_ready()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+type TopicShape = (StrBytes, Uuid, Vec<(i32, Option<ResponseError>)>);
+
+/// Builds the response, keeping it within `max_bytes` (but never empty because of it: the first
+/// batch goes out whatever its size, as Kafka requires).
+fn respond(topics: Vec<TopicShape>, fetched: Vec<Fetched>, max_bytes: usize) -> FetchResponse {
+    let mut fetched = fetched.into_iter();
+    let mut total = 0usize;
+    let topics = topics
+        .into_iter()
+        .map(|(name, topic_id, partitions)| FetchTopicResponse {
+            name,
+            topic_id,
+            partitions: partitions
+                .into_iter()
+                .map(|(partition_index, error)| {
+                    let f = match error {
+                        Some(e) => Fetched::failed(e),
+                        None => fetched
+                            .next()
+                            .unwrap_or_else(|| Fetched::failed(ResponseError::UnknownServerError)),
+                    };
+                    let mut records = Vec::new();
+                    for batch in f.batches {
+                        if total > 0 && total + batch.len() > max_bytes {
+                            break;
+                        }
+                        total += batch.len();
+                        records.push(batch);
+                    }
+                    FetchPartitionResponse {
+                        partition_index,
+                        error_code: f.error.map_or(0, |e| e.code()),
+                        high_watermark: f.high_watermark,
+                        last_stable_offset: f.high_watermark,
+                        log_start_offset: f.log_start_offset,
+                        records,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    FetchResponse {
+        throttle_time_ms: 0,
+        error_code: 0,
+        session_id: 0,
+        topics,
+    }
+}

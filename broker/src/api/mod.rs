@@ -1,0 +1,84 @@
+//! The Kafka APIs the broker answers, one module each (group APIs live in `crate::group`).
+//! Each turns a request into work on the shards that own the partitions it names, and their
+//! answers into the response for the request's version.
+
+pub mod cluster;
+pub mod configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+
+use crate::shard::Shard;
+
+/// Runs `work` for every item on the shard that owns it (`owner`), the shards at once and the
+/// items of a shard at once; results come back in the order of `items`. An item whose shard is
+/// gone gets `gone()`.
+pub async fn on_owners<I, R, F, Fut>(
+    shard: &Rc<Shard>,
+    items: Vec<(usize, I)>,
+    work: F,
+    gone: fn() -> R,
+) -> Vec<R>
+where
+    I: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<Shard>, I) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = R> + 'static,
+{
+    let count = items.len();
+    let mut by_owner: BTreeMap<usize, Vec<(usize, I)>> = BTreeMap::new();
+    for (position, (owner, item)) in items.into_iter().enumerate() {
+        by_owner.entry(owner).or_default().push((position, item));
+    }
+    let tasks: Vec<_> = by_owner
+        .into_iter()
+        .map(|(owner, items)| {
+            let positions: Vec<usize> = items.iter().map(|(p, _)| *p).collect();
+            let items: Vec<I> = items.into_iter().map(|(_, i)| i).collect();
+            let work = work.clone();
+            let this = shard.clone();
+            let task = glommio::spawn_local(async move {
+                this.mesh()
+                    .run_on(owner, &this, move |owner_shard: Rc<Shard>| async move {
+                        let running: Vec<_> = items
+                            .into_iter()
+                            .map(|item| glommio::spawn_local(work(owner_shard.clone(), item)))
+                            .collect();
+                        let mut results = Vec::with_capacity(running.len());
+                        for task in running {
+                            results.push(task.await);
+                        }
+                        results
+                    })
+                    .await
+            });
+            (positions, task)
+        })
+        .collect();
+    let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
+    for (positions, task) in tasks {
+        match task.await {
+            Ok(answers) => {
+                for (position, answer) in positions.into_iter().zip(answers) {
+                    results[position] = Some(answer);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a shard did not answer");
+                for position in positions {
+                    results[position] = Some(gone());
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(gone))
+        .collect()
+}

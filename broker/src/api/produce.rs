@@ -1,0 +1,146 @@
+//! Produce: each partition's record set goes to the shard that owns the partition (as the
+//! `BytesMut` it arrived in, never copied); the answers come back in request order.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use net::ProduceRequest;
+use net::kafka_protocol::ResponseError;
+use net::kafka_protocol::messages::ProduceResponse;
+use net::kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
+use net::kafka_protocol::protocol::StrBytes;
+
+use crate::api::on_owners;
+use crate::partition::{Acks, Produced};
+use crate::shard::Shard;
+
+/// The longest a produce waits for acknowledgement, whatever the client asks.
+const TIMEOUT_MAX: Duration = Duration::from_secs(300);
+
+struct Work {
+    topic: String,
+    partition: i32,
+    records: BytesMut,
+}
+
+/// Answers a produce; `None` for acks=0, which gets no response.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let acks = Acks::from_kafka(request.acks);
+    let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64).min(TIMEOUT_MAX);
+    let durability = shard.config.durability;
+    let transactional = request.transactional_id.is_some();
+
+    // One slot per partition of the request, in order; work for owners where it can be done.
+    let mut answers: Vec<Option<Produced>> = Vec::new();
+    let mut work = Vec::new();
+    let mut shape = Vec::new();
+    for topic in request.topics {
+        let name = topic.name.to_string();
+        let meta = shard.topic(&name).filter(|t| !t.internal);
+        let mut indexes = Vec::with_capacity(topic.partitions.len());
+        for partition in topic.partitions {
+            indexes.push(partition.index);
+            let refused = |e: ResponseError, m: &str| Some(Produced::failed(e, m.to_string()));
+            let answer = if acks.is_none() {
+                refused(
+                    ResponseError::InvalidRequiredAcks,
+                    "acks must be 0, 1 or -1",
+                )
+            } else if transactional {
+                refused(
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "transactions are not supported",
+                )
+            } else {
+                match (
+                    meta.as_ref().and_then(|t| t.shard_of(partition.index)),
+                    partition.records,
+                ) {
+                    (None, _) => refused(
+                        ResponseError::UnknownTopicOrPartition,
+                        "no such topic or partition",
+                    ),
+                    (Some(_), None) => refused(ResponseError::CorruptMessage, "no records"),
+                    (Some(owner), Some(records)) => {
+                        work.push((
+                            owner,
+                            (
+                                answers.len(),
+                                Work {
+                                    topic: name.clone(),
+                                    partition: partition.index,
+                                    records,
+                                },
+                            ),
+                        ));
+                        None
+                    }
+                }
+            };
+            answers.push(answer);
+        }
+        shape.push((topic.name, indexes));
+    }
+
+    let acks = acks.unwrap_or(Acks::All);
+    let (slots, work): (Vec<usize>, Vec<(usize, Work)>) = work
+        .into_iter()
+        .map(|(owner, (slot, w))| (slot, (owner, w)))
+        .unzip();
+    let produced = on_owners(
+        shard,
+        work,
+        move |owner: Rc<Shard>, w: Work| async move {
+            match owner.partition(&w.topic, w.partition) {
+                Some(p) => p.produce(w.records, acks, durability, timeout).await,
+                None => Produced::failed(ResponseError::NotLeaderOrFollower, None),
+            }
+        },
+        || Produced::failed(ResponseError::NotLeaderOrFollower, None),
+    )
+    .await;
+    for (slot, answer) in slots.into_iter().zip(produced) {
+        answers[slot] = Some(answer);
+    }
+    if acks == Acks::None {
+        return None;
+    }
+
+    let mut answers = answers.into_iter();
+    let responses = shape
+        .into_iter()
+        .map(|(name, indexes)| {
+            let partition_responses = indexes
+                .into_iter()
+                .map(|index| {
+                    let a = answers.next().flatten().unwrap_or_else(|| {
+                        Produced::failed(ResponseError::UnknownServerError, None)
+                    });
+                    let mut r = PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_error_code(a.error.map_or(0, |e| e.code()))
+                        .with_base_offset(a.base_offset)
+                        .with_log_append_time_ms(-1);
+                    if version >= 5 {
+                        r = r.with_log_start_offset(a.log_start_offset);
+                    }
+                    if version >= 8 && a.error.is_some() {
+                        r = r.with_error_message(a.message.map(StrBytes::from_string));
+                    }
+                    r
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(name.into())
+                .with_partition_responses(partition_responses)
+        })
+        .collect();
+    Some(ProduceResponse::default().with_responses(responses))
+}

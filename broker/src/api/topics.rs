@@ -1,0 +1,247 @@
+//! CreateTopics, DeleteTopics, CreatePartitions: checked here, made by the controller.
+
+use std::rc::Rc;
+
+use net::kafka_protocol::ResponseError;
+use net::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use net::kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use net::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use net::kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use net::kafka_protocol::protocol::StrBytes;
+
+use crate::controller::{NewTopic, TopicError, TopicResult};
+use crate::shard::Shard;
+use crate::topic_config;
+
+/// Kafka's config source numbers (DescribeConfigs and CreateTopics v5+).
+pub const SOURCE_TOPIC: i8 = 1;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+fn error_parts(result: &TopicResult) -> (i16, Option<StrBytes>) {
+    match result {
+        Ok(()) => (0, None),
+        Err(e) => (
+            e.code.code(),
+            Some(StrBytes::from_string(e.message.clone())),
+        ),
+    }
+}
+
+pub async fn create(
+    shard: &Rc<Shard>,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let defaults = &shard.config.topic_defaults;
+    // Requests that cannot be made on one broker are refused here, the rest go to the controller.
+    let mut early: Vec<Option<TopicError>> = Vec::new();
+    let mut new = Vec::new();
+    for t in &request.topics {
+        let partitions = if t.num_partitions == -1 && t.assignments.is_empty() {
+            defaults.partitions
+        } else if t.assignments.is_empty() {
+            t.num_partitions
+        } else {
+            t.assignments.len() as i32
+        };
+        let refusal = if t.replication_factor > 1 {
+            Some(TopicError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "replication factor {} is larger than the 1 broker available",
+                    t.replication_factor
+                ),
+            ))
+        } else if t.replication_factor == 0 || t.replication_factor < -1 {
+            Some(TopicError::new(
+                ResponseError::InvalidReplicationFactor,
+                "replication factor must be at least 1",
+            ))
+        } else if t
+            .assignments
+            .iter()
+            .any(|a| a.broker_ids.iter().any(|b| b.0 != shard.config.node_id))
+        {
+            Some(TopicError::new(
+                ResponseError::InvalidReplicaAssignment,
+                "replicas must be on this broker",
+            ))
+        } else {
+            t.configs.iter().find(|c| c.value.is_none()).map(|c| {
+                TopicError::new(
+                    ResponseError::InvalidConfig,
+                    format!("{} has no value", c.name),
+                )
+            })
+        };
+        if refusal.is_none() {
+            new.push(NewTopic {
+                name: t.name.0.to_string(),
+                partitions,
+                configs: t
+                    .configs
+                    .iter()
+                    .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+                    .collect(),
+            });
+        }
+        early.push(refusal);
+    }
+    let mut made = shard
+        .create_topics(new, request.validate_only)
+        .await
+        .into_iter();
+    let metadata = shard.metadata();
+    let topics = request
+        .topics
+        .into_iter()
+        .zip(early)
+        .map(|(t, refusal)| {
+            let result = match refusal {
+                Some(e) => Err(e),
+                None => made.next().unwrap_or(Err(TopicError::new(
+                    ResponseError::UnknownServerError,
+                    "no answer",
+                ))),
+            };
+            let (code, message) = error_parts(&result);
+            let mut r = CreatableTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(code);
+            if version >= 1 {
+                r = r.with_error_message(message);
+            }
+            if version >= 5 {
+                r = match (&result, metadata.topics.get(t.name.0.as_str())) {
+                    (Ok(()), Some(created)) => r
+                        .with_topic_id(if version >= 7 {
+                            created.id
+                        } else {
+                            Default::default()
+                        })
+                        .with_num_partitions(created.partitions())
+                        .with_replication_factor(1)
+                        .with_configs(Some(
+                            topic_config::describe(&created.configs, defaults)
+                                .into_iter()
+                                .map(|d| {
+                                    CreatableTopicConfigs::default()
+                                        .with_name(StrBytes::from_static_str(d.name))
+                                        .with_value(Some(StrBytes::from_string(d.value)))
+                                        .with_config_source(if d.is_topic_setting {
+                                            SOURCE_TOPIC
+                                        } else {
+                                            SOURCE_DEFAULT
+                                        })
+                                })
+                                .collect(),
+                        )),
+                    _ => r.with_num_partitions(-1).with_replication_factor(-1),
+                };
+            }
+            r
+        })
+        .collect();
+    CreateTopicsResponse::default().with_topics(topics)
+}
+
+pub async fn delete(
+    shard: &Rc<Shard>,
+    request: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let metadata = shard.metadata();
+    // v6+ names topics by name or by id; earlier versions by name only.
+    let asked: Vec<(Option<TopicName>, uuid::Uuid)> = if version >= 6 {
+        request
+            .topics
+            .into_iter()
+            .map(|t| (t.name, t.topic_id))
+            .collect()
+    } else {
+        request
+            .topic_names
+            .into_iter()
+            .map(|n| (Some(n), uuid::Uuid::nil()))
+            .collect()
+    };
+    let mut names = Vec::new();
+    let mut early = Vec::new();
+    for (name, id) in &asked {
+        let resolved = match name {
+            Some(n) => Some(n.0.to_string()),
+            None => metadata.topic_by_id(*id).map(|t| t.name.clone()),
+        };
+        match resolved {
+            Some(n) => {
+                names.push(n);
+                early.push(None);
+            }
+            None => early.push(Some(TopicError::new(
+                ResponseError::UnknownTopicId,
+                "no topic has this id",
+            ))),
+        }
+    }
+    let mut done = shard.delete_topics(names).await.into_iter();
+    let responses = asked
+        .into_iter()
+        .zip(early)
+        .map(|((name, id), refusal)| {
+            let result = match refusal {
+                Some(e) => Err(e),
+                None => done.next().unwrap_or(Err(TopicError::new(
+                    ResponseError::UnknownServerError,
+                    "no answer",
+                ))),
+            };
+            let (code, message) = error_parts(&result);
+            let id = name
+                .as_ref()
+                .and_then(|n| metadata.topics.get(n.0.as_str()).map(|t| t.id))
+                .unwrap_or(id);
+            let mut r = DeletableTopicResult::default()
+                .with_name(name)
+                .with_error_code(code);
+            if version >= 5 {
+                r = r.with_error_message(message);
+            }
+            if version >= 6 {
+                r = r.with_topic_id(id);
+            }
+            r
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    request: CreatePartitionsRequest,
+    _version: i16,
+) -> CreatePartitionsResponse {
+    let changes = request
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.count))
+        .collect();
+    let results = shard.add_partitions(changes, request.validate_only).await;
+    let results = request
+        .topics
+        .into_iter()
+        .zip(results)
+        .map(|(t, result)| {
+            let (code, message) = error_parts(&result);
+            CreatePartitionsTopicResult::default()
+                .with_name(t.name)
+                .with_error_code(code)
+                .with_error_message(message)
+        })
+        .collect();
+    CreatePartitionsResponse::default().with_results(results)
+}

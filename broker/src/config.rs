@@ -1,0 +1,372 @@
+//! `spindle serve`'s settings: flags, an optional TOML file whose keys the flags override, and
+//! defaults, resolved once at start into a [`BrokerConfig`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use storage::{LogConfig, StorageConfig};
+
+/// When a produce with acks=all is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// Once the records are fdatasync'd (group commit): they survive a power loss.
+    Fsync,
+    /// Once written, as Kafka does; syncs follow the topics' flush.ms / flush.messages.
+    FlushPolicy,
+}
+
+/// Every setting, as a flag and as a key of the TOML file (the same name with underscores).
+/// A flag given on the command line wins over the file, the file over the default.
+#[derive(Debug, Default, Clone, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Address to listen on for Kafka clients [default: 127.0.0.1:9092].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// HOST:PORT given to clients in Metadata [default: the listen address].
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Where logs and metadata are kept [default: ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Number of shards, one per core [default: the CPUs this process may run on].
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// CPUs to pin the shards to, e.g. "0-3" or "1,3" [default: the CPUs this process may run on].
+    #[arg(long)]
+    pub cpuset: Option<String>,
+    /// This broker's id in Metadata [default: 0].
+    #[arg(long)]
+    pub node_id: Option<i32>,
+    /// When acks=all is acknowledged [default: fsync].
+    #[arg(long, value_enum)]
+    pub durability: Option<Durability>,
+    /// Create topics that Metadata requests name but do not exist, as Kafka does [default: true].
+    #[arg(long)]
+    pub auto_create_topics: Option<bool>,
+    /// Partitions of a topic created without a count [default: 1].
+    #[arg(long)]
+    pub default_partitions: Option<i32>,
+    /// retention.ms of new topics; -1 keeps records forever [default: 604800000, 7 days].
+    #[arg(long, allow_negative_numbers = true)]
+    pub default_retention_ms: Option<i64>,
+    /// retention.bytes of new topics, per partition; -1 is unlimited [default: -1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub default_retention_bytes: Option<i64>,
+    /// segment.bytes of new topics [default: 1073741824].
+    #[arg(long)]
+    pub default_segment_bytes: Option<u64>,
+    /// segment.ms of new topics [default: 604800000].
+    #[arg(long)]
+    pub default_segment_ms: Option<u64>,
+    /// flush.messages of new topics [default: none].
+    #[arg(long)]
+    pub default_flush_messages: Option<u64>,
+    /// flush.ms of new topics [default: none].
+    #[arg(long)]
+    pub default_flush_ms: Option<u64>,
+    /// max.message.bytes of new topics [default: 1048588].
+    #[arg(long)]
+    pub default_max_message_bytes: Option<usize>,
+    /// The largest request accepted, socket.request.max.bytes [default: 104857600].
+    #[arg(long)]
+    pub request_max_bytes: Option<usize>,
+    /// Memory for each shard's cache of recent batches [default: 268435456].
+    #[arg(long)]
+    pub cache_bytes: Option<usize>,
+    /// Partitions of the consumer offsets log; fixed when the data directory is first used
+    /// [default: 16].
+    #[arg(long)]
+    pub offsets_partitions: Option<i32>,
+    /// group.initial.rebalance.delay.ms [default: 3000].
+    #[arg(long)]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file of settings (keys as the flags, with underscores); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// A setting that cannot be used, said in words a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The broker's resolved settings.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub listen: SocketAddr,
+    pub advertise_host: String,
+    pub advertise_port: i32,
+    pub data_dir: PathBuf,
+    /// The CPU each shard is pinned to; its length is the shard count.
+    pub shard_cpus: Vec<Option<usize>>,
+    pub node_id: i32,
+    pub durability: Durability,
+    pub auto_create_topics: bool,
+    pub topic_defaults: TopicDefaults,
+    pub request_max_bytes: usize,
+    pub storage: StorageConfig,
+    pub offsets_partitions: i32,
+    pub group_initial_rebalance_delay: Duration,
+}
+
+/// What a topic gets unless it says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub partitions: i32,
+    pub log: LogConfig,
+}
+
+impl ServeArgs {
+    pub fn resolve(self) -> Result<BrokerConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => Settings::default(),
+        };
+        self.settings.or(file).resolve()
+    }
+}
+
+fn read_file(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    })
+}
+
+macro_rules! or_each {
+    ($a:expr, $b:expr; $($field:ident),* $(,)?) => {
+        Settings { $($field: $a.$field.or($b.$field),)* }
+    };
+}
+
+impl Settings {
+    /// Each setting from `self` where given, else from `other`.
+    fn or(self, other: Settings) -> Settings {
+        or_each!(self, other;
+            listen, advertise, data_dir, cores, cpuset, node_id, durability, auto_create_topics,
+            default_partitions, default_retention_ms, default_retention_bytes,
+            default_segment_bytes, default_segment_ms, default_flush_messages, default_flush_ms,
+            default_max_message_bytes, request_max_bytes, cache_bytes, offsets_partitions,
+            group_initial_rebalance_delay_ms,
+        )
+    }
+
+    fn resolve(self) -> Result<BrokerConfig, ConfigError> {
+        let invalid = |m: String| ConfigError::Invalid(m);
+        let listen = self
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let (advertise_host, advertise_port) = match &self.advertise {
+            Some(a) => parse_host_port(a)
+                .ok_or_else(|| invalid(format!("--advertise {a}: expected HOST:PORT")))?,
+            None if listen.ip().is_unspecified() => {
+                return Err(invalid(format!(
+                    "--listen {listen} is every address: say which one clients reach with \
+                     --advertise HOST:PORT"
+                )));
+            }
+            None => (listen.ip().to_string(), i32::from(listen.port())),
+        };
+        let allowed = allowed_cpus();
+        let cpus = match &self.cpuset {
+            Some(list) => parse_cpu_list(list)
+                .ok_or_else(|| invalid(format!("--cpuset {list}: expected e.g. 0-3,6")))?,
+            None => allowed.clone(),
+        };
+        let cores = self.cores.unwrap_or(cpus.len().max(1));
+        if cores == 0 {
+            return Err(invalid("--cores must be at least 1".into()));
+        }
+        if cores > 256 {
+            return Err(invalid(format!("--cores {cores}: at most 256 shards")));
+        }
+        // Pin shard i to the i-th CPU; with more shards than CPUs, leave them unpinned.
+        let shard_cpus = if cores <= cpus.len() {
+            cpus[..cores].iter().map(|&c| Some(c)).collect()
+        } else {
+            if self.cpuset.is_some() {
+                return Err(invalid(format!(
+                    "--cores {cores} needs as many CPUs, but --cpuset gives {}",
+                    cpus.len()
+                )));
+            }
+            tracing::warn!(
+                cores,
+                cpus = cpus.len(),
+                "more shards than CPUs: shards are not pinned"
+            );
+            vec![None; cores]
+        };
+        let partitions = self.default_partitions.unwrap_or(1);
+        if partitions < 1 {
+            return Err(invalid("--default-partitions must be at least 1".into()));
+        }
+        let defaults = LogConfig::default();
+        let log = LogConfig {
+            retention_ms: match self.default_retention_ms {
+                Some(ms) if ms < 0 => None,
+                Some(ms) => Some(ms as u64),
+                None => defaults.retention_ms,
+            },
+            retention_bytes: match self.default_retention_bytes {
+                Some(b) if b < 0 => None,
+                Some(b) => Some(b as u64),
+                None => defaults.retention_bytes,
+            },
+            segment_bytes_max: self
+                .default_segment_bytes
+                .unwrap_or(defaults.segment_bytes_max),
+            segment_ms: self.default_segment_ms.unwrap_or(defaults.segment_ms),
+            flush_messages: self.default_flush_messages.or(defaults.flush_messages),
+            flush_ms: self.default_flush_ms.or(defaults.flush_ms),
+            max_message_bytes: self
+                .default_max_message_bytes
+                .unwrap_or(defaults.max_message_bytes),
+            ..defaults
+        };
+        let offsets_partitions = self.offsets_partitions.unwrap_or(16);
+        if !(1..=1000).contains(&offsets_partitions) {
+            return Err(invalid("--offsets-partitions must be 1 to 1000".into()));
+        }
+        let storage_defaults = StorageConfig::default();
+        Ok(BrokerConfig {
+            listen,
+            advertise_host,
+            advertise_port,
+            data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("data")),
+            shard_cpus,
+            node_id: self.node_id.unwrap_or(0),
+            durability: self.durability.unwrap_or(Durability::Fsync),
+            auto_create_topics: self.auto_create_topics.unwrap_or(true),
+            topic_defaults: TopicDefaults { partitions, log },
+            request_max_bytes: self.request_max_bytes.unwrap_or(100 << 20),
+            storage: StorageConfig {
+                cache_bytes_max: self.cache_bytes.unwrap_or(storage_defaults.cache_bytes_max),
+                ..storage_defaults
+            },
+            offsets_partitions,
+            group_initial_rebalance_delay: Duration::from_millis(
+                self.group_initial_rebalance_delay_ms.unwrap_or(3000),
+            ),
+        })
+    }
+}
+
+fn parse_host_port(s: &str) -> Option<(String, i32)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    (!host.is_empty()).then(|| (host.trim_matches(['[', ']']).to_string(), i32::from(port)))
+}
+
+/// "0-3,6" as [0, 1, 2, 3, 6].
+fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if a > b || b > 4095 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    cpus.dedup();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// The CPUs this process may run on (its affinity mask), in order.
+fn allowed_cpus() -> Vec<usize> {
+    // /proc/self/status lists them as "Cpus_allowed_list: 0-1"; fall back to a count.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .and_then(|l| parse_cpu_list(l.trim()))
+        })
+        .unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (0..n).collect()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_like_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(parse_cpu_list(""), None);
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let file: Settings =
+            toml::from_str("listen = \"127.0.0.1:1234\"\ndefault_partitions = 3\ncores = 1")
+                .unwrap();
+        let flags = Settings {
+            default_partitions: Some(5),
+            ..Settings::default()
+        };
+        let config = flags.or(file).resolve().unwrap();
+        assert_eq!(config.listen.port(), 1234);
+        assert_eq!(config.topic_defaults.partitions, 5);
+        assert_eq!(config.shard_cpus.len(), 1);
+        assert_eq!(config.advertise_port, 1234);
+        assert_eq!(config.durability, Durability::Fsync);
+        assert!(toml::from_str::<Settings>("no_such_key = 1").is_err());
+    }
+
+    #[test]
+    fn unusable_settings_are_refused_with_a_reason() {
+        let zero = Settings {
+            cores: Some(0),
+            ..Settings::default()
+        };
+        assert!(zero.resolve().unwrap_err().to_string().contains("cores"));
+        let every = Settings {
+            listen: Some("0.0.0.0:9092".parse().unwrap()),
+            ..Settings::default()
+        };
+        assert!(
+            every
+                .resolve()
+                .unwrap_err()
+                .to_string()
+                .contains("--advertise")
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! One partition as its owning shard serves it: the log, the idempotent producers' state, and
+//! the Kafka rules for producing to it and fetching from it.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use glommio::sync::Semaphore;
+use net::kafka_protocol::ResponseError;
+use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
+
+use crate::config::Durability;
+use crate::producer::{Producers, Verdict};
+
+/// The leader epoch stamped on batches: one broker, one epoch, until replication arrives.
+pub const LEADER_EPOCH: i32 = 0;
+
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    pub log: Rc<Log>,
+    producers: RefCell<Producers>,
+    /// Holds idempotent appends in arrival order: a producer's sequence check and its append
+    /// must not be overtaken by the producer's next batch.
+    idempotent_lock: Semaphore,
+}
+
+/// How long a produce waits for its records to be written or durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    None,
+    Leader,
+    All,
+}
+
+impl Acks {
+    pub fn from_kafka(acks: i16) -> Option<Acks> {
+        match acks {
+            0 => Some(Acks::None),
+            1 => Some(Acks::Leader),
+            -1 => Some(Acks::All),
+            _ => None,
+        }
+    }
+}
+
+/// The answer for one partition of a produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Produced {
+    pub error: Option<ResponseError>,
+    pub message: Option<String>,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+impl Produced {
+    pub fn failed(error: ResponseError, message: impl Into<Option<String>>) -> Produced {
+        Produced {
+            error: Some(error),
+            message: message.into(),
+            base_offset: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
+/// The answer for one partition of a fetch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    pub error: Option<ResponseError>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub batches: Vec<Bytes>,
+}
+
+impl Fetched {
+    pub fn failed(error: ResponseError) -> Fetched {
+        Fetched {
+            error: Some(error),
+            high_watermark: -1,
+            log_start_offset: -1,
+            batches: Vec::new(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.batches.iter().map(Bytes::len).sum()
+    }
+}
+
+impl Partition {
+    pub fn new(topic: String, index: i32, log: Rc<Log>) -> Partition {
+        Partition {
+            topic,
+            index,
+            log,
+            producers: RefCell::new(Producers::default()),
+            idempotent_lock: Semaphore::new(1),
+        }
+    }
+
+    /// Appends a producer's record set and waits as `acks` and `durability` say, at most
+    /// `timeout`.
+    pub async fn produce(
+        &self,
+        records: BytesMut,
+        acks: Acks,
+        durability: Durability,
+        timeout: Duration,
+    ) -> Produced {
+        let first = match BatchHeader::parse(&records) {
+            Ok(h) => h,
+            Err(e) => {
+                return append_failed(AppendError::InvalidBatch {
+                    position: 0,
+                    source: e,
+                });
+            }
+        };
+        let appended = if first.has_producer_id() {
+            self.append_idempotent(records, &first).await
+        } else {
+            self.log
+                .append(records, LEADER_EPOCH)
+                .await
+                .map(|i| (i.base_offset, i.next_offset))
+                .map_err(append_failed)
+        };
+        let (base_offset, next_offset) = match appended {
+            Ok(offsets) => offsets,
+            Err(produced) => return produced,
+        };
+        let wait = async {
+            match (acks, durability) {
+                (Acks::None, _) => Ok(()),
+                (Acks::All, Durability::Fsync) => self.log.wait_durable(next_offset).await,
+                _ => self.log.wait_written(next_offset).await,
+            }
+        };
+        let waited = glommio::timer::timeout(timeout, async { Ok(wait.await) }).await;
+        match waited {
+            Ok(Ok(())) => Produced {
+                error: None,
+                message: None,
+                base_offset,
+                log_start_offset: self.log.log_start_offset(),
+            },
+            Ok(Err(e)) => sync_failed(e),
+            Err(_) => Produced::failed(
+                ResponseError::RequestTimedOut,
+                format!("records at {base_offset} not acknowledged within {timeout:?}"),
+            ),
+        }
+    }
+
+    async fn append_idempotent(
+        &self,
+        records: BytesMut,
+        first: &BatchHeader,
+    ) -> Result<(i64, i64), Produced> {
+        let _turn = self
+            .idempotent_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Produced::failed(ResponseError::NotLeaderOrFollower, None))?;
+        let verdict = self.producers.borrow().check(first);
+        match verdict {
+            Verdict::Refuse(error) => Err(Produced::failed(error, None)),
+            Verdict::Duplicate { base_offset } => Ok((
+                base_offset,
+                base_offset + i64::from(first.last_offset_delta) + 1,
+            )),
+            Verdict::Append => {
+                let info = self
+                    .log
+                    .append(records, LEADER_EPOCH)
+                    .await
+                    .map_err(append_failed)?;
+                self.producers.borrow_mut().record(first, info.base_offset);
+                Ok((info.base_offset, info.next_offset))
+            }
+        }
+    }
+
+    /// Reads from `offset`: at least one whole batch if there is one below the high watermark,
+    /// then more while they fit in `max_bytes`.
+    pub async fn fetch(&self, offset: i64, max_bytes: usize) -> Fetched {
+        let high_watermark = self.log.high_watermark();
+        let result = self.log.read(offset, max_bytes, high_watermark).await;
+        let log_start_offset = self.log.log_start_offset();
+        match result {
+            Ok(batches) => Fetched {
+                error: None,
+                high_watermark,
+                log_start_offset,
+                batches,
+            },
+            Err(e) => Fetched {
+                error: Some(read_error(&e)),
+                high_watermark,
+                log_start_offset,
+                batches: Vec::new(),
+            },
+        }
+    }
+
+    /// Whether a fetch at `offset` would find records now.
+    pub fn has_data_at(&self, offset: i64) -> bool {
+        self.log.high_watermark() > offset || offset < self.log.log_start_offset()
+    }
+}
+
+fn append_failed(e: AppendError) -> Produced {
+    let error = match &e {
+        AppendError::InvalidBatch { source, .. } => match source {
+            BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+            BatchError::TooLarge { .. } => ResponseError::MessageTooLarge,
+            _ => ResponseError::CorruptMessage,
+        },
+        AppendError::Empty => ResponseError::CorruptMessage,
+        AppendError::Storage(_) => ResponseError::KafkaStorageError,
+        AppendError::Closed => ResponseError::NotLeaderOrFollower,
+    };
+    Produced::failed(error, e.to_string())
+}
+
+fn sync_failed(e: SyncError) -> Produced {
+    let error = match e {
+        SyncError::Storage(_) => ResponseError::KafkaStorageError,
+        SyncError::Closed | SyncError::Truncated => ResponseError::NotLeaderOrFollower,
+    };
+    Produced::failed(error, e.to_string())
+}
+
+pub fn read_error(e: &ReadError) -> ResponseError {
+    match e {
+        ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        ReadError::Corrupt { .. } => ResponseError::CorruptMessage,
+        ReadError::Storage(_) => ResponseError::KafkaStorageError,
+        ReadError::Closed => ResponseError::NotLeaderOrFollower,
+    }
+}

@@ -1,0 +1,374 @@
+//! `spindle serve`: the process. It locks the data directory, loads the metadata, starts one
+//! pinned glommio executor per shard, and turns SIGTERM/SIGINT into a clean stop of all of them.
+//!
+//! A shard starts by opening the logs it owns and connecting to the other shards; shard 0 then
+//! creates the internal offsets topic if needed; only when every shard is ready does any of them
+//! listen. Stopping goes the other way: stop accepting, let connections finish what they started,
+//! wait for every shard to get there, then close every log cleanly.
+
+use std::cell::{Cell, OnceCell};
+use std::net::SocketAddr;
+use std::os::fd::IntoRawFd;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use futures_channel::oneshot;
+use futures_lite::future;
+use glommio::{LocalExecutorBuilder, Placement};
+use net::ConnectionConfig;
+use storage::{IoMode, ResolvedIoMode, ShardStorage};
+
+use crate::config::BrokerConfig;
+use crate::handler::Connection;
+use crate::mesh::{self, Mesh};
+use crate::metadata::Metadata;
+use crate::placement;
+use crate::shard::Shard;
+
+/// How long a stopping shard lets its connections finish their requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "data directory {0} is in use by another spindle process (stop it, or use another --data-dir)"
+    )]
+    Locked(std::path::PathBuf),
+    #[error(transparent)]
+    Metadata(#[from] crate::metadata::MetadataError),
+    #[error(transparent)]
+    Storage(#[from] storage::IoFailure),
+    #[error("starting shard {shard}: {reason}")]
+    Shard { shard: usize, reason: String },
+    #[error("signal handling: {0}")]
+    Signals(std::io::Error),
+}
+
+/// A meeting point for the shards, awaited without blocking an executor (a blocked executor
+/// could not run the work other shards send it while they wait).
+#[derive(Debug, Clone)]
+struct Rendezvous {
+    arrived: Arc<AtomicUsize>,
+    /// Set by a shard that failed: the others stop waiting for it.
+    failed: Arc<AtomicBool>,
+    shards: usize,
+}
+
+impl Rendezvous {
+    fn new(shards: usize) -> Self {
+        Rendezvous {
+            arrived: Arc::new(AtomicUsize::new(0)),
+            failed: Arc::new(AtomicBool::new(false)),
+            shards,
+        }
+    }
+
+    /// Waits until every shard has called this `round` times (rounds are 1, 2, ...); fails if
+    /// a shard failed.
+    async fn meet(&self, round: usize) -> Result<(), String> {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while self.arrived.load(Ordering::Acquire) < round * self.shards {
+            if self.failed.load(Ordering::Acquire) {
+                return Err("another shard failed to start".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+/// The stop signals of every shard, sent once by whoever asks first: a signal, or a shard that
+/// failed (the others must not go on without it).
+#[derive(Debug, Clone, Default)]
+struct Stops(Arc<Mutex<Vec<oneshot::Sender<()>>>>);
+
+impl Stops {
+    fn add(&self, stop: oneshot::Sender<()>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(stop);
+    }
+
+    /// Stops every shard; false if they were already told.
+    fn stop_all(&self) -> bool {
+        let stops = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let first = !stops.is_empty();
+        for stop in stops {
+            let _ = stop.send(());
+        }
+        first
+    }
+}
+
+pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
+    let data_dir = config.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let _lock = lock(&data_dir)?;
+    let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
+    let shards = config.shard_cpus.len();
+    let mut metadata = Metadata::load(&data_dir)?.unwrap_or_else(Metadata::new);
+    if placement::fit_to(&mut metadata, shards) || metadata.version == 0 {
+        metadata.version += 1;
+        metadata.save(&data_dir)?;
+    }
+    tracing::info!(
+        listen = %config.listen,
+        data_dir = %data_dir.display(),
+        shards,
+        topics = metadata.visible_topics().count(),
+        io = ?io_mode,
+        durability = ?config.durability,
+        "starting"
+    );
+    let config = Arc::new(config);
+    let metadata = Arc::new(metadata);
+    let rendezvous = Rendezvous::new(shards);
+    let stops = Stops::default();
+    let (exits, exited) = mpsc::channel();
+    let mut executors = Vec::new();
+    for (id, ends) in mesh::channels::<Shard>(shards).into_iter().enumerate() {
+        let (stop, stopped) = oneshot::channel::<()>();
+        stops.add(stop);
+        let placement = match config.shard_cpus[id] {
+            Some(cpu) => Placement::Fixed(cpu),
+            None => Placement::Unbound,
+        };
+        let (config, metadata, rendezvous) = (config.clone(), metadata.clone(), rendezvous.clone());
+        let exits = exits.clone();
+        let executor = LocalExecutorBuilder::new(placement)
+            .name(&format!("shard-{id}"))
+            .spawn(move || async move {
+                let result = run_shard(
+                    id,
+                    config,
+                    metadata,
+                    io_mode,
+                    ends,
+                    rendezvous.clone(),
+                    stopped,
+                )
+                .await;
+                if result.is_err() {
+                    rendezvous.fail();
+                }
+                let _ = exits.send((id, result.clone()));
+                result
+            })
+            .map_err(|e| ServeError::Shard {
+                shard: id,
+                reason: e.to_string(),
+            })?;
+        executors.push(executor);
+    }
+    drop(exits);
+    spawn_signal_thread(stops.clone())?;
+    // A shard that fails takes the others down with it, cleanly.
+    let mut failure = None;
+    for (shard, result) in exited.iter() {
+        if let Err(reason) = result {
+            tracing::error!(shard, %reason, "shard failed: stopping the others");
+            failure.get_or_insert(ServeError::Shard { shard, reason });
+            stops.stop_all();
+        }
+    }
+    for executor in executors {
+        if let Err(e) = executor.join() {
+            failure.get_or_insert(ServeError::Shard {
+                shard: usize::MAX,
+                reason: e.to_string(),
+            });
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("stopped cleanly");
+            Ok(())
+        }
+    }
+}
+
+/// Holds an exclusive lock on the data directory for as long as the returned file lives.
+fn lock(data_dir: &Path) -> Result<std::fs::File, ServeError> {
+    use std::os::fd::AsRawFd;
+    let path = data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| ServeError::DataDir {
+            path: path.clone(),
+            source,
+        })?;
+    nix::fcntl::flock(
+        file.as_raw_fd(),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .map_err(|_| ServeError::Locked(data_dir.to_path_buf()))?;
+    Ok(file)
+}
+
+/// The first SIGTERM or SIGINT stops every shard cleanly; a second one ends the process at once.
+fn spawn_signal_thread(stops: Stops) -> Result<(), ServeError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if stops.stop_all() {
+                    tracing::info!(signal, "stopping: finishing requests in flight");
+                } else {
+                    tracing::warn!(signal, "second signal: exiting without a clean stop");
+                    std::process::exit(1);
+                }
+            }
+        })
+        .map_err(ServeError::Signals)?;
+    Ok(())
+}
+
+async fn run_shard(
+    id: usize,
+    config: Arc<BrokerConfig>,
+    metadata: Arc<Metadata>,
+    io_mode: ResolvedIoMode,
+    ends: mesh::Ends<Shard>,
+    rendezvous: Rendezvous,
+    stop: oneshot::Receiver<()>,
+) -> Result<(), String> {
+    let context = Rc::new(OnceCell::new());
+    let mesh = Mesh::connect(id, ends, context.clone()).await;
+    let storage = ShardStorage::open(&config.data_dir, config.storage.clone(), io_mode)
+        .await
+        .map_err(|e| e.to_string())?;
+    let shard = Rc::new(Shard::new(id, config.clone(), storage, metadata.clone()));
+    shard.set_mesh(mesh);
+    let _ = context.set(Rc::downgrade(&shard));
+    shard
+        .apply_metadata(metadata)
+        .await
+        .map_err(|e| e.to_string())?;
+    rendezvous.meet(1).await?;
+    if id == 0 {
+        shard
+            .ensure_offsets_topic(config.offsets_partitions)
+            .await
+            .map_err(|e| e.message)?;
+    }
+    rendezvous.meet(2).await?;
+    crate::groups::open_coordinators(&shard)
+        .await
+        .map_err(|e| e.to_string())?;
+    rendezvous.meet(3).await?;
+
+    let listener =
+        listen(config.listen).map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    if id == 0 {
+        tracing::info!(listen = %config.listen, "ready");
+    }
+    let open_connections = Rc::new(Cell::new(0usize));
+    let accepting = accept_loop(&shard, &listener, &open_connections);
+    future::or(accepting, async {
+        let _ = stop.await;
+    })
+    .await;
+    drop(listener);
+
+    shard.shutdown.trigger();
+    let drained = glommio::timer::timeout(DRAIN_TIMEOUT, async {
+        while open_connections.get() > 0 {
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            shard = id,
+            open = open_connections.get(),
+            "connections still open after the drain timeout"
+        );
+    }
+    // Every shard has drained before any closes its logs: another shard's last requests may
+    // still be writing to ours. A failed shard must not hold the others' clean stop.
+    let _ = rendezvous.meet(4).await;
+    crate::groups::close_coordinators(&shard).await;
+    shard.close().await;
+    Ok(())
+}
+
+async fn accept_loop(
+    shard: &Rc<Shard>,
+    listener: &glommio::net::TcpListener,
+    open: &Rc<Cell<usize>>,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(peer) = stream.peer_addr() else {
+            continue;
+        };
+        let handler = Rc::new(Connection {
+            shard: shard.clone(),
+            peer,
+        });
+        let config = ConnectionConfig {
+            frame_bytes_max: shard.config.request_max_bytes,
+            shutdown: shard.shutdown.clone(),
+            ..ConnectionConfig::default()
+        };
+        let open = open.clone();
+        open.set(open.get() + 1);
+        glommio::spawn_local(async move {
+            if let Err(e) = net::serve_connection(stream, handler, config).await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+            open.set(open.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// A listening socket shared by every shard (SO_REUSEPORT: the kernel spreads connections over
+/// them), reusable right after a restart (SO_REUSEADDR).
+fn listen(addr: SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(adopt_listener(socket.into_raw_fd()))
+}
+
+/// glommio's own `TcpListener::bind` sets no SO_REUSEADDR (a restart could not bind while old
+/// connections linger in TIME_WAIT), so the socket is made here and handed over.
+#[allow(unsafe_code)]
+fn adopt_listener(fd: std::os::fd::RawFd) -> glommio::net::TcpListener {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` is a listening socket we just created and own; ownership moves to the
+    // listener, which closes it.
+    unsafe { glommio::net::TcpListener::from_raw_fd(fd) }
+}

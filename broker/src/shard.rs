@@ -1,0 +1,203 @@
+//! A shard: what one core owns and serves. Its partitions' logs, its storage (cache, IO), its
+//! copy of the metadata, and its ends of the mesh to the other shards.
+//!
+//! Everything here is used from the shard's own executor only (`Rc`, `RefCell`): other shards
+//! reach it by sending closures through the mesh, never through a lock.
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::sync::Semaphore;
+use net::ShutdownSignal;
+use storage::ShardStorage;
+
+use crate::config::BrokerConfig;
+use crate::mesh::Mesh;
+use crate::metadata::{Metadata, Topic};
+use crate::partition::Partition;
+use crate::topic_config;
+
+#[derive(Debug)]
+pub struct Shard {
+    pub id: usize,
+    pub count: usize,
+    pub config: Arc<BrokerConfig>,
+    pub storage: Rc<ShardStorage>,
+    metadata: RefCell<Arc<Metadata>>,
+    /// The partitions this shard owns, by topic name then partition index.
+    partitions: RefCell<HashMap<String, Vec<Option<Rc<Partition>>>>>,
+    /// Metadata changes apply one at a time, in version order.
+    apply_lock: Semaphore,
+    mesh: OnceCell<Mesh<Shard>>,
+    /// Serializes metadata changes on the controller (shard 0).
+    pub(crate) controller_lock: Semaphore,
+    next_producer_id: Cell<i64>,
+    pub shutdown: ShutdownSignal,
+}
+
+/// Why a shard could not start or apply new metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("opening the log of {topic}-{partition}: {source}")]
+    OpenLog {
+        topic: String,
+        partition: i32,
+        source: storage::LogError,
+    },
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        config: Arc<BrokerConfig>,
+        storage: Rc<ShardStorage>,
+        metadata: Arc<Metadata>,
+    ) -> Shard {
+        let count = config.shard_cpus.len();
+        Shard {
+            id,
+            count,
+            config,
+            storage,
+            metadata: RefCell::new(metadata),
+            partitions: RefCell::new(HashMap::new()),
+            apply_lock: Semaphore::new(1),
+            mesh: OnceCell::new(),
+            controller_lock: Semaphore::new(1),
+            next_producer_id: Cell::new(first_producer_id(id)),
+            shutdown: ShutdownSignal::new(),
+        }
+    }
+
+    pub fn set_mesh(&self, mesh: Mesh<Shard>) {
+        if self.mesh.set(mesh).is_err() {
+            tracing::error!(shard = self.id, "mesh connected twice");
+        }
+    }
+
+    pub fn mesh(&self) -> &Mesh<Shard> {
+        self.mesh
+            .get()
+            .expect("the mesh is connected before requests are served")
+    }
+
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.metadata.borrow().clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.metadata.borrow().topics.get(name).cloned()
+    }
+
+    /// The partition if this shard owns it.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
+        let partitions = self.partitions.borrow();
+        let i = usize::try_from(index).ok()?;
+        partitions.get(topic)?.get(i)?.clone()
+    }
+
+    pub fn owned_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flatten()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    pub fn allocate_producer_id(&self) -> i64 {
+        let id = self.next_producer_id.get();
+        self.next_producer_id.set(id + 1);
+        id
+    }
+
+    /// Brings this shard in line with `metadata`: opens the logs of partitions it now owns,
+    /// deletes those of deleted topics, and passes changed settings to open logs.
+    pub async fn apply_metadata(&self, metadata: Arc<Metadata>) -> Result<(), ShardError> {
+        let _turn = self.apply_lock.acquire_permit(1).await;
+        let old = self.metadata();
+        if metadata.version < old.version {
+            return Ok(());
+        }
+        // Deleted topics (or re-created under a new id): their data goes.
+        let gone: Vec<String> = self
+            .partitions
+            .borrow()
+            .keys()
+            .filter(|name| {
+                let before = old.topics.get(*name).map(|t| t.id);
+                let after = metadata.topics.get(*name).map(|t| t.id);
+                after.is_none() || after != before
+            })
+            .cloned()
+            .collect();
+        for name in gone {
+            let removed = self.partitions.borrow_mut().remove(&name);
+            for partition in removed.into_iter().flatten().flatten() {
+                if let Err(e) = partition.log.delete().await {
+                    tracing::error!(topic = %name, partition = partition.index, error = %e, "deleting a log");
+                }
+            }
+        }
+        for topic in metadata.topics.values() {
+            let log_config = topic_config::log_config(&topic.configs, &self.config.topic_defaults);
+            for (index, &shard) in topic.partition_shards.iter().enumerate() {
+                if usize::from(shard) != self.id {
+                    continue;
+                }
+                let index = index as i32;
+                match self.partition(&topic.name, index) {
+                    Some(p) => p.log.set_config(log_config.clone()),
+                    None => {
+                        let dir = self.config.data_dir.join(format!("{}-{index}", topic.name));
+                        let log = self
+                            .storage
+                            .open_log(&dir, log_config.clone())
+                            .await
+                            .map_err(|source| ShardError::OpenLog {
+                                topic: topic.name.clone(),
+                                partition: index,
+                                source,
+                            })?;
+                        let partition = Rc::new(Partition::new(topic.name.clone(), index, log));
+                        let mut partitions = self.partitions.borrow_mut();
+                        let slots = partitions.entry(topic.name.clone()).or_default();
+                        if slots.len() <= index as usize {
+                            slots.resize(index as usize + 1, None);
+                        }
+                        slots[index as usize] = Some(partition);
+                    }
+                }
+            }
+        }
+        *self.metadata.borrow_mut() = metadata;
+        Ok(())
+    }
+
+    /// Closes every log cleanly (the shard is stopping).
+    pub async fn close(&self) {
+        let partitions: Vec<_> = self.owned_partitions();
+        self.partitions.borrow_mut().clear();
+        for p in partitions {
+            if let Err(e) = p.log.close().await {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a log");
+            }
+        }
+    }
+}
+
+/// Producer ids must differ across shards and from the ids of earlier runs (producers may
+/// outlive a restart): seconds since 2025 in the high bits, then the shard (8 bits), then a
+/// counter (24 bits: 16M producers per shard per run). Two runs started within the same second
+/// could hand out the same ids.
+fn first_producer_id(shard: usize) -> i64 {
+    const EPOCH_2025_S: u64 = 1_735_689_600;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let since = now_s.saturating_sub(EPOCH_2025_S) & 0x7fff_ffff;
+    ((since << 32) | ((shard as u64 & 0xff) << 24)) as i64
+}

@@ -1,0 +1,285 @@
+//! Topic settings by their Kafka names (`retention.ms`, ...): which exist, what values they
+//! take, how they become a [`LogConfig`], and how they are reported (DescribeConfigs).
+//!
+//! A topic keeps only the settings a user set explicitly; everything else follows the broker's
+//! defaults, so changing a default reaches every topic that did not override it.
+
+use std::collections::BTreeMap;
+
+use storage::LogConfig;
+
+use crate::config::TopicDefaults;
+
+/// Kafka's `ConfigType` numbers, for DescribeConfigs v3+.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Int = 3,
+    Long = 5,
+    List = 7,
+    String = 2,
+}
+
+/// A setting a topic may carry.
+struct Key {
+    name: &'static str,
+    kind: ConfigType,
+    /// Checks a value; the message says what is wrong.
+    check: fn(&str) -> Result<(), String>,
+    /// The value it has when the topic does not set it.
+    default: fn(&TopicDefaults) -> String,
+    /// Puts a (checked) value into a log's settings; `None` for settings that only describe.
+    apply: Option<fn(&mut LogConfig, &str)>,
+}
+
+const NEVER: i64 = i64::MAX;
+
+fn long_at_least(min: i64) -> impl Fn(&str) -> Result<(), String> {
+    move |v: &str| match v.parse::<i64>() {
+        Ok(n) if n >= min => Ok(()),
+        _ => Err(format!("must be a whole number of at least {min}")),
+    }
+}
+
+fn optional_ms(v: Option<u64>) -> String {
+    v.map_or(-1, |v| v.min(NEVER as u64) as i64).to_string()
+}
+
+fn never_if_none(v: Option<u64>) -> String {
+    v.map_or(NEVER, |v| v.min(NEVER as u64) as i64).to_string()
+}
+
+/// Parsed value of a checked setting (checks guarantee it parses).
+fn long(v: &str) -> i64 {
+    v.parse().unwrap_or(NEVER)
+}
+
+/// -1 (or any negative) means "no limit" for retention settings.
+fn limit(v: &str) -> Option<u64> {
+    u64::try_from(long(v)).ok()
+}
+
+/// Long.MAX_VALUE means "never" for flush settings, as in Kafka.
+fn unless_never(v: &str) -> Option<u64> {
+    let n = long(v);
+    (n != NEVER).then_some(n.max(0) as u64)
+}
+
+const KEYS: &[Key] = &[
+    Key {
+        name: "cleanup.policy",
+        kind: ConfigType::List,
+        check: |v| match v {
+            "delete" => Ok(()),
+            "compact" | "compact,delete" | "delete,compact" => {
+                Err("compaction is not supported yet: use cleanup.policy=delete".into())
+            }
+            _ => Err("must be delete".into()),
+        },
+        default: |_| "delete".into(),
+        apply: None,
+    },
+    Key {
+        name: "compression.type",
+        kind: ConfigType::String,
+        check: |v| match v {
+            "producer" => Ok(()),
+            _ => Err("only producer is supported: the broker keeps batches as sent".into()),
+        },
+        default: |_| "producer".into(),
+        apply: None,
+    },
+    Key {
+        name: "flush.messages",
+        kind: ConfigType::Long,
+        check: |v| long_at_least(1)(v),
+        default: |d| never_if_none(d.log.flush_messages),
+        apply: Some(|c, v| c.flush_messages = unless_never(v)),
+    },
+    Key {
+        name: "flush.ms",
+        kind: ConfigType::Long,
+        check: |v| long_at_least(0)(v),
+        default: |d| never_if_none(d.log.flush_ms),
+        apply: Some(|c, v| c.flush_ms = unless_never(v)),
+    },
+    Key {
+        name: "index.interval.bytes",
+        kind: ConfigType::Int,
+        check: |v| long_at_least(0)(v).and_then(|_| fits_int(v)),
+        default: |d| d.log.index_interval_bytes.to_string(),
+        apply: Some(|c, v| c.index_interval_bytes = long(v).max(1) as u64),
+    },
+    Key {
+        name: "max.message.bytes",
+        kind: ConfigType::Int,
+        check: |v| long_at_least(0)(v).and_then(|_| fits_int(v)),
+        default: |d| d.log.max_message_bytes.to_string(),
+        apply: Some(|c, v| c.max_message_bytes = long(v) as usize),
+    },
+    Key {
+        name: "message.timestamp.type",
+        kind: ConfigType::String,
+        check: |v| match v {
+            "CreateTime" => Ok(()),
+            _ => Err("only CreateTime is supported".into()),
+        },
+        default: |_| "CreateTime".into(),
+        apply: None,
+    },
+    Key {
+        name: "min.insync.replicas",
+        kind: ConfigType::Int,
+        check: |v| long_at_least(1)(v).and_then(|_| fits_int(v)),
+        default: |_| "1".into(),
+        apply: None,
+    },
+    Key {
+        name: "retention.bytes",
+        kind: ConfigType::Long,
+        check: |v| long_at_least(-1)(v),
+        default: |d| optional_ms(d.log.retention_bytes),
+        apply: Some(|c, v| c.retention_bytes = limit(v)),
+    },
+    Key {
+        name: "retention.ms",
+        kind: ConfigType::Long,
+        check: |v| long_at_least(-1)(v),
+        default: |d| optional_ms(d.log.retention_ms),
+        apply: Some(|c, v| c.retention_ms = limit(v)),
+    },
+    Key {
+        name: "segment.bytes",
+        kind: ConfigType::Int,
+        check: |v| long_at_least(14)(v).and_then(|_| fits_int(v)),
+        default: |d| d.log.segment_bytes_max.to_string(),
+        apply: Some(|c, v| c.segment_bytes_max = long(v) as u64),
+    },
+    Key {
+        name: "segment.ms",
+        kind: ConfigType::Long,
+        check: |v| long_at_least(1)(v),
+        default: |d| d.log.segment_ms.to_string(),
+        apply: Some(|c, v| c.segment_ms = long(v) as u64),
+    },
+];
+
+fn fits_int(v: &str) -> Result<(), String> {
+    v.parse::<i32>()
+        .map(|_| ())
+        .map_err(|_| "must fit in a 32-bit integer".into())
+}
+
+fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Checks that a setting exists (to delete it). The error is the message for INVALID_CONFIG.
+pub fn check_name(name: &str) -> Result<(), String> {
+    key(name)
+        .map(|_| ())
+        .ok_or_else(|| format!("unknown topic config {name}"))
+}
+
+/// Checks one setting. The error is the message for Kafka's INVALID_CONFIG.
+pub fn check(name: &str, value: &str) -> Result<(), String> {
+    let key = key(name).ok_or_else(|| format!("unknown topic config {name}"))?;
+    (key.check)(value).map_err(|why| format!("invalid value {value} for {name}: {why}"))
+}
+
+/// A topic's log settings: the defaults with its own settings applied.
+pub fn log_config(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults) -> LogConfig {
+    let mut config = defaults.log.clone();
+    for (name, value) in overrides {
+        if let Some(k) = key(name)
+            && let Some(apply) = k.apply
+            && (k.check)(value).is_ok()
+        {
+            apply(&mut config, value);
+        }
+    }
+    config
+}
+
+/// One row of DescribeConfigs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub name: &'static str,
+    pub value: String,
+    /// Set on the topic (Kafka's TOPIC_CONFIG) rather than inherited (DEFAULT_CONFIG).
+    pub is_topic_setting: bool,
+    pub kind: ConfigType,
+}
+
+/// Every setting of a topic with its value and where the value comes from.
+pub fn describe(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults) -> Vec<Described> {
+    KEYS.iter()
+        .map(|k| match overrides.get(k.name) {
+            Some(v) => Described {
+                name: k.name,
+                value: v.clone(),
+                is_topic_setting: true,
+                kind: k.kind,
+            },
+            None => Described {
+                name: k.name,
+                value: (k.default)(defaults),
+                is_topic_setting: false,
+                kind: k.kind,
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> TopicDefaults {
+        TopicDefaults {
+            partitions: 1,
+            log: LogConfig::default(),
+        }
+    }
+
+    #[test]
+    fn settings_apply_over_defaults() {
+        let mut o = BTreeMap::new();
+        o.insert("retention.ms".to_string(), "-1".to_string());
+        o.insert("segment.bytes".to_string(), "1048576".to_string());
+        o.insert("flush.messages".to_string(), "1".to_string());
+        let c = log_config(&o, &defaults());
+        assert_eq!(c.retention_ms, None);
+        assert_eq!(c.segment_bytes_max, 1 << 20);
+        assert_eq!(c.flush_messages, Some(1));
+        assert_eq!(c.max_message_bytes, LogConfig::default().max_message_bytes);
+    }
+
+    #[test]
+    fn defaults_are_reported_as_kafka_writes_them() {
+        let d = describe(&BTreeMap::new(), &defaults());
+        let get = |n: &str| d.iter().find(|x| x.name == n).unwrap().value.clone();
+        assert_eq!(get("retention.ms"), "604800000");
+        assert_eq!(get("retention.bytes"), "-1");
+        assert_eq!(get("segment.bytes"), "1073741824");
+        assert_eq!(get("cleanup.policy"), "delete");
+        assert_eq!(get("flush.ms"), i64::MAX.to_string());
+        assert!(d.iter().all(|x| !x.is_topic_setting));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_a_reason() {
+        assert!(check("retention.ms", "100").is_ok());
+        assert!(
+            check("retention.ms", "-2")
+                .unwrap_err()
+                .contains("retention.ms")
+        );
+        assert!(check("segment.bytes", "99999999999").is_err());
+        assert!(
+            check("cleanup.policy", "compact")
+                .unwrap_err()
+                .contains("compaction")
+        );
+        assert!(check("no.such.key", "1").unwrap_err().contains("unknown"));
+    }
+}
