@@ -85,6 +85,7 @@ class BrokerOptions:
     default_partitions: int | None = None
     advertise_host: str | None = None  # advertised as advertise_host:<the broker's port>
     node_id: int | None = None
+    extra_args: tuple[str, ...] = ()  # any other spindle flags, as given
 
     def spindle_args(self, port: int) -> list[str]:
         args = []
@@ -96,7 +97,7 @@ class BrokerOptions:
             args += ["--advertise", f"{self.advertise_host}:{port}"]
         if self.node_id is not None:
             args += ["--node-id", str(self.node_id)]
-        return args
+        return args + list(self.extra_args)
 
 
 def free_port() -> int:

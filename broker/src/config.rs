@@ -84,6 +84,9 @@ pub struct Settings {
     /// group.initial.rebalance.delay.ms [default: 3000].
     #[arg(long)]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// How often retention deletes old segments, log.retention.check.interval.ms [default: 30000].
+    #[arg(long)]
+    pub retention_check_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -129,6 +132,7 @@ pub struct BrokerConfig {
     pub storage: StorageConfig,
     pub offsets_partitions: i32,
     pub group_initial_rebalance_delay: Duration,
+    pub retention_check_interval: Duration,
 }
 
 /// What a topic gets unless it says otherwise.
@@ -173,7 +177,7 @@ impl Settings {
             default_partitions, default_retention_ms, default_retention_bytes,
             default_segment_bytes, default_segment_ms, default_flush_messages, default_flush_ms,
             default_max_message_bytes, request_max_bytes, cache_bytes, offsets_partitions,
-            group_initial_rebalance_delay_ms,
+            group_initial_rebalance_delay_ms, retention_check_interval_ms,
         )
     }
 
@@ -273,6 +277,9 @@ impl Settings {
             offsets_partitions,
             group_initial_rebalance_delay: Duration::from_millis(
                 self.group_initial_rebalance_delay_ms.unwrap_or(3000),
+            ),
+            retention_check_interval: Duration::from_millis(
+                self.retention_check_interval_ms.unwrap_or(30_000).max(100),
             ),
         })
     }

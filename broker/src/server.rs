@@ -282,6 +282,7 @@ async fn run_shard(
     if id == 0 {
         tracing::info!(listen = %config.listen, "ready");
     }
+    glommio::spawn_local(shard.clone().housekeeping(config.retention_check_interval)).detach();
     let open_connections = Rc::new(Cell::new(0usize));
     let accepting = accept_loop(&shard, &listener, &open_connections);
     future::or(accepting, async {

@@ -177,6 +177,35 @@ impl Shard {
         Ok(())
     }
 
+    /// Runs retention (and time-based segment rolls) over this shard's logs every `interval`,
+    /// until the shard stops.
+    pub async fn housekeeping(self: Rc<Self>, interval: std::time::Duration) {
+        loop {
+            let stopped = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(interval).await;
+                    false
+                },
+                async {
+                    self.shutdown.triggered().await;
+                    true
+                },
+            )
+            .await;
+            if stopped {
+                return;
+            }
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            for p in self.owned_partitions() {
+                if let Err(e) = p.log.enforce_retention(now_ms).await {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention");
+                }
+            }
+        }
+    }
+
     /// Closes every log cleanly (the shard is stopping).
     pub async fn close(&self) {
         let partitions: Vec<_> = self.owned_partitions();
