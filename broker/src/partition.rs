@@ -206,8 +206,9 @@ impl Partition {
         }
     }
 
-    /// Whether a fetch at `offset` would find records now.
-    pub fn has_data_at(&self, offset: i64) -> bool {
+    /// Whether records past `offset` are visible (or `offset` fell off the log's start: a fetch
+    /// has something to report either way).
+    pub fn has_records_after(&self, offset: i64) -> bool {
         self.log.high_watermark() > offset || offset < self.log.log_start_offset()
     }
 }

@@ -1,7 +1,7 @@
 //! Fetch: each partition is read on the shard that owns it; its batches come back as `Bytes`
-//! and go into the response frame as they are. When there is less than `min_bytes` to send, the
-//! request waits (at most `max_wait_ms`) for any of its partitions to get new records, woken by
-//! the appends themselves, then reads once more.
+//! and go into the response frame as they are. While there is less than `min_bytes` to send, the
+//! request waits (at most `max_wait_ms` in all) for any of its partitions to get new records,
+//! woken by the appends themselves, and reads again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -80,10 +80,23 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
     }
 
     let mut fetched = read(shard, &wanted).await;
-    let total: usize = fetched.iter().map(Fetched::bytes).sum();
-    let failed = fetched.iter().any(|f| f.error.is_some());
-    if total < min_bytes.max(1) && !failed && !wanted.is_empty() && Instant::now() < deadline {
-        wait_for_records(shard, &wanted, deadline).await;
+    // Kafka answers at once with min_bytes 0, and as soon as there is an error to report.
+    loop {
+        let total: usize = fetched.iter().map(Fetched::bytes).sum();
+        let failed = fetched.iter().any(|f| f.error.is_some());
+        if total >= min_bytes || failed || wanted.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        // Wait for records past what this read saw, not just past the fetch offset.
+        let waits: Vec<(usize, Wanted)> = wanted
+            .iter()
+            .zip(&fetched)
+            .map(|((owner, w), f)| {
+                let seen = w.offset.max(f.high_watermark);
+                (*owner, Wanted { offset: seen, ..w.clone() })
+            })
+            .collect();
+        wait_for_records(shard, &waits, deadline).await;
         fetched = read(shard, &wanted).await;
     }
     respond(topics, fetched, max_bytes)
@@ -104,7 +117,7 @@ async fn read(shard: &Rc<Shard>, wanted: &[(usize, Wanted)]) -> Vec<Fetched> {
     .await
 }
 
-/// Waits until any wanted partition has records at its fetch offset, or the deadline.
+/// Waits until any wanted partition's high watermark passes its `offset`, or the deadline.
 async fn wait_for_records(shard: &Rc<Shard>, wanted: &[(usize, Wanted)], deadline: Instant) {
     let mut by_owner: std::collections::BTreeMap<usize, Vec<Wanted>> = Default::default();
     for (owner, w) in wanted {
@@ -133,7 +146,7 @@ async fn wait_for_records(shard: &Rc<Shard>, wanted: &[(usize, Wanted)], deadlin
     .await;
 }
 
-/// On the owning shard: until one of `wanted` has records, or the deadline.
+/// On the owning shard: until one of `wanted` has records past its `offset`, or the deadline.
 async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) {
     let partitions: Vec<_> = wanted
         .iter()
@@ -143,7 +156,7 @@ async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) 
                 .map(|p| (p, w.offset))
         })
         .collect();
-    if partitions.is_empty() || partitions.iter().any(|(p, offset)| p.has_data_at(*offset)) {
+    if partitions.is_empty() || partitions.iter().any(|(p, offset)| p.has_records_after(*offset)) {
         return;
     }
     let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = partitions
