@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use net::kafka_protocol::ResponseError;
 
-use crate::metadata::{Metadata, OFFSETS_TOPIC, Topic};
+use crate::group::{self, OFFSETS_TOPIC};
+use crate::metadata::{Metadata, Topic};
 use crate::placement;
 use crate::shard::Shard;
 use crate::topic_config;
@@ -160,12 +161,13 @@ impl Shard {
 
     /// Creates the internal topic of committed offsets if this data directory has none yet.
     pub async fn ensure_offsets_topic(self: &Rc<Self>, partitions: i32) -> TopicResult {
+        let group_config = crate::groups::group_config(self);
         self.change_metadata(move |metadata, shards| {
             if !metadata.topics.contains_key(OFFSETS_TOPIC) {
                 let topic = NewTopic {
                     name: OFFSETS_TOPIC.to_string(),
                     partitions,
-                    configs: BTreeMap::new(),
+                    configs: group::offsets_topic_configs(&group_config),
                 };
                 add_topic(metadata, shards, topic, true);
             }

@@ -1,25 +1,111 @@
-//! The wiring of consumer groups into the shards (placeholder until the coordinator lands).
+//! Consumer groups wired into the shards: every shard opens the coordinators of the offsets
+//! partitions it owns; a group request, on whatever shard it arrives, is served by
+//! [`group::handle`] with a [`Dispatch`] that runs each call on the coordinator's shard.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use net::kafka_protocol::ResponseError;
 use net::kafka_protocol::messages::RequestHeader;
 use net::{Request, Response};
 
+use crate::group::{
+    self, Coordinator, Dispatch, GroupCall, GroupConfig, GroupError, GroupReply, NodeEndpoint,
+    OFFSETS_TOPIC, RequestContext,
+};
 use crate::shard::Shard;
 
-pub async fn open_coordinators(_shard: &Rc<Shard>) -> Result<(), String> {
+pub fn group_config(shard: &Shard) -> GroupConfig {
+    GroupConfig {
+        initial_rebalance_delay_ms: shard.config.group_initial_rebalance_delay.as_millis() as u64,
+        ..GroupConfig::default()
+    }
+}
+
+/// Opens (replays) the coordinator of every offsets partition this shard owns.
+pub async fn open_coordinators(shard: &Rc<Shard>) -> Result<(), GroupError> {
+    let Some(topic) = shard.topic(OFFSETS_TOPIC) else {
+        return Ok(());
+    };
+    let config = group_config(shard);
+    for partition in 0..topic.partitions() {
+        if let Some(p) = shard.partition(OFFSETS_TOPIC, partition) {
+            let coordinator = Coordinator::open(p.log.clone(), config.clone()).await?;
+            shard
+                .coordinators
+                .borrow_mut()
+                .insert(partition, coordinator);
+        }
+    }
     Ok(())
 }
 
-pub async fn close_coordinators(_shard: &Rc<Shard>) {}
+/// Closes this shard's coordinators: requests waiting on them (a JoinGroup can wait minutes)
+/// are answered, and their logs closed.
+pub async fn close_coordinators(shard: &Rc<Shard>) {
+    let coordinators: Vec<_> = shard
+        .coordinators
+        .borrow_mut()
+        .drain()
+        .map(|(_, c)| c)
+        .collect();
+    for c in coordinators {
+        c.close().await;
+    }
+}
 
 pub async fn handle(
-    _shard: &Rc<Shard>,
+    shard: &Rc<Shard>,
     request: Request,
-    _header: &RequestHeader,
-    _peer: SocketAddr,
+    header: &RequestHeader,
+    peer: SocketAddr,
 ) -> Option<Response> {
-    tracing::warn!(api = ?request.api_key(), "group APIs are not wired in yet");
-    None
+    let ctx = RequestContext {
+        api_version: header.request_api_version,
+        client_id: header
+            .client_id
+            .as_ref()
+            .map_or_else(String::new, |c| c.to_string()),
+        client_host: format!("/{}", peer.ip()),
+        node: NodeEndpoint {
+            node_id: shard.config.node_id,
+            host: shard.config.advertise_host.clone(),
+            port: shard.config.advertise_port,
+        },
+    };
+    Some(group::handle(request, &ctx, &ShardDispatch { shard }).await)
+}
+
+struct ShardDispatch<'a> {
+    shard: &'a Rc<Shard>,
+}
+
+impl Dispatch for ShardDispatch<'_> {
+    fn offsets_partitions(&self) -> i32 {
+        self.shard
+            .topic(OFFSETS_TOPIC)
+            .map_or(1, |t| t.partitions())
+    }
+
+    async fn call(&self, partition: i32, call: GroupCall) -> GroupReply {
+        let Some(owner) = self
+            .shard
+            .topic(OFFSETS_TOPIC)
+            .and_then(|t| t.shard_of(partition))
+        else {
+            return GroupReply::Unavailable(ResponseError::NotCoordinator);
+        };
+        let reply = self
+            .shard
+            .mesh()
+            .run_on(owner, self.shard, move |s: Rc<Shard>| async move {
+                let coordinator = s.coordinators.borrow().get(&partition).cloned();
+                match coordinator {
+                    Some(c) => c.call(call).await,
+                    None => GroupReply::Unavailable(ResponseError::CoordinatorLoadInProgress),
+                }
+            })
+            .await;
+        reply.unwrap_or(GroupReply::Unavailable(ResponseError::NotCoordinator))
+    }
 }

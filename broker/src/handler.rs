@@ -41,7 +41,19 @@ impl Handler for Connection {
             }
             Request::DescribeCluster(r) => api::cluster::describe_cluster(shard, r).into(),
             Request::InitProducerId(r) => api::cluster::init_producer_id(shard, r).into(),
-            group => return crate::groups::handle(shard, group, header, self.peer).await,
+            group @ (Request::FindCoordinator(_)
+            | Request::JoinGroup(_)
+            | Request::SyncGroup(_)
+            | Request::Heartbeat(_)
+            | Request::LeaveGroup(_)
+            | Request::OffsetCommit(_)
+            | Request::OffsetFetch(_)
+            | Request::OffsetDelete(_)
+            | Request::ListGroups(_)
+            | Request::DescribeGroups(_)
+            | Request::DeleteGroups(_)) => {
+                return crate::groups::handle(shard, group, header, self.peer).await;
+            }
         };
         Some(response)
     }

@@ -9,6 +9,7 @@ mod api;
 mod cli;
 mod config;
 mod controller;
+mod group;
 mod groups;
 mod handler;
 mod mesh;

@@ -13,9 +13,6 @@ use std::sync::Arc;
 use schema::metadata as fb;
 use uuid::Uuid;
 
-/// Kafka's name for the internal topic of committed offsets.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topic {
     pub name: String,
@@ -174,7 +171,8 @@ impl Metadata {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Metadata, String> {
-        if !fb::metadata_buffer_has_identifier(bytes) {
+        // The identifier check reads 8 bytes without looking at the length (it would panic).
+        if bytes.len() < 8 || !fb::metadata_buffer_has_identifier(bytes) {
             return Err("missing the SPMD identifier".into());
         }
         // The verifier checks every offset and length before anything is read.
@@ -207,6 +205,7 @@ impl Metadata {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::OFFSETS_TOPIC;
 
     fn sample() -> Metadata {
         let mut m = Metadata::new();

@@ -292,6 +292,9 @@ async fn run_shard(
     drop(listener);
 
     shard.shutdown.trigger();
+    // A JoinGroup may wait minutes for its rebalance: closing the coordinators answers it, so
+    // the connections can drain.
+    crate::groups::close_coordinators(&shard).await;
     let drained = glommio::timer::timeout(DRAIN_TIMEOUT, async {
         while open_connections.get() > 0 {
             glommio::timer::sleep(Duration::from_millis(5)).await;
@@ -309,7 +312,6 @@ async fn run_shard(
     // Every shard has drained before any closes its logs: another shard's last requests may
     // still be writing to ours. A failed shard must not hold the others' clean stop.
     let _ = rendezvous.meet(4).await;
-    crate::groups::close_coordinators(&shard).await;
     shard.close().await;
     Ok(())
 }

@@ -28,6 +28,8 @@ pub struct Shard {
     metadata: RefCell<Arc<Metadata>>,
     /// The partitions this shard owns, by topic name then partition index.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<Partition>>>>>,
+    /// Group coordinators of the offsets partitions this shard owns, by partition.
+    pub coordinators: RefCell<HashMap<i32, Rc<crate::group::Coordinator>>>,
     /// Metadata changes apply one at a time, in version order.
     apply_lock: Semaphore,
     mesh: OnceCell<Mesh<Shard>>,
@@ -63,6 +65,7 @@ impl Shard {
             storage,
             metadata: RefCell::new(metadata),
             partitions: RefCell::new(HashMap::new()),
+            coordinators: RefCell::new(HashMap::new()),
             apply_lock: Semaphore::new(1),
             mesh: OnceCell::new(),
             controller_lock: Semaphore::new(1),

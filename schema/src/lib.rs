@@ -3,6 +3,7 @@
 //! `src/generated/` with the matching `flatc`, and both are committed.
 //!
 //! - [`metadata`]: the broker's topics, their settings and partition placement.
+//! - [`groups`]: the records of the consumer offsets log (committed offsets).
 
 #[allow(
     unsafe_code,
@@ -15,4 +16,5 @@
 #[rustfmt::skip]
 mod generated;
 
+pub use generated::spindle::groups;
 pub use generated::spindle::metadata;

@@ -93,7 +93,13 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             .zip(&fetched)
             .map(|((owner, w), f)| {
                 let seen = w.offset.max(f.high_watermark);
-                (*owner, Wanted { offset: seen, ..w.clone() })
+                (
+                    *owner,
+                    Wanted {
+                        offset: seen,
+                        ..w.clone()
+                    },
+                )
             })
             .collect();
         wait_for_records(shard, &waits, deadline).await;
@@ -156,7 +162,11 @@ async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) 
                 .map(|p| (p, w.offset))
         })
         .collect();
-    if partitions.is_empty() || partitions.iter().any(|(p, offset)| p.has_records_after(*offset)) {
+    if partitions.is_empty()
+        || partitions
+            .iter()
+            .any(|(p, offset)| p.has_records_after(*offset))
+    {
         return;
     }
     let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = partitions

@@ -2,6 +2,17 @@
 // @generated
 pub mod spindle {
   use super::*;
+  pub mod groups {
+    use super::*;
+    mod key_generated;
+    pub use self::key_generated::*;
+    mod offset_key_generated;
+    pub use self::offset_key_generated::*;
+    mod record_key_generated;
+    pub use self::record_key_generated::*;
+    mod offset_value_generated;
+    pub use self::offset_value_generated::*;
+  } // groups
   pub mod metadata {
     use super::*;
     mod uuid_generated;
