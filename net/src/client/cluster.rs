@@ -500,6 +500,24 @@ impl Client {
         topic: &str,
         partitions: &[i32],
     ) -> Result<Vec<CommittedOffset>, ClientError> {
+        self.committed_offsets(group, Some((topic, partitions)))
+            .await
+    }
+
+    /// Every offset a group has committed, on every topic.
+    pub async fn offset_fetch_all(
+        &mut self,
+        group: &str,
+    ) -> Result<Vec<CommittedOffset>, ClientError> {
+        self.committed_offsets(group, None).await
+    }
+
+    /// OffsetFetch for one topic's partitions, or for everything the group committed.
+    async fn committed_offsets(
+        &mut self,
+        group: &str,
+        only: Option<(&str, &[i32])>,
+    ) -> Result<Vec<CommittedOffset>, ClientError> {
         let connection = self.coordinator(group).await?;
         let version = connection.version(ApiKey::OffsetFetch).unwrap_or_default();
         let mut request = OffsetFetchRequest::default();
@@ -508,19 +526,23 @@ impl Client {
             request.groups = vec![
                 OffsetFetchRequestGroup::default()
                     .with_group_id(group_id(group))
-                    .with_topics(Some(vec![
-                        OffsetFetchRequestTopics::default()
-                            .with_name(topic_name(topic))
-                            .with_partition_indexes(partitions.to_vec()),
-                    ])),
+                    .with_topics(only.map(|(topic, partitions)| {
+                        vec![
+                            OffsetFetchRequestTopics::default()
+                                .with_name(topic_name(topic))
+                                .with_partition_indexes(partitions.to_vec()),
+                        ]
+                    })),
             ];
         } else {
             request.group_id = group_id(group);
-            request.topics = Some(vec![
-                OffsetFetchRequestTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partition_indexes(partitions.to_vec()),
-            ]);
+            request.topics = only.map(|(topic, partitions)| {
+                vec![
+                    OffsetFetchRequestTopic::default()
+                        .with_name(topic_name(topic))
+                        .with_partition_indexes(partitions.to_vec()),
+                ]
+            });
         }
         let response = connection.send(&request).await?;
         // Both layouts flattened to (topic, partition, offset, metadata, error code).
@@ -582,38 +604,9 @@ impl Client {
         topic: &str,
         offsets: &[(i32, i64)],
     ) -> Result<(), ClientError> {
-        let request = OffsetCommitRequest::default()
-            .with_group_id(group_id(group))
-            .with_generation_id_or_member_epoch(-1)
-            .with_retention_time_ms(-1)
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(
-                        offsets
-                            .iter()
-                            .map(|(partition, offset)| {
-                                OffsetCommitRequestPartition::default()
-                                    .with_partition_index(*partition)
-                                    .with_committed_offset(*offset)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_committed_metadata(Some(StrBytes::new()))
-                            })
-                            .collect(),
-                    ),
-            ]);
+        let request = offset_commit_request(group, topic, offsets);
         let response = self.coordinator(group).await?.send(&request).await?;
-        for t in &response.topics {
-            for p in &t.partitions {
-                check(
-                    ApiKey::OffsetCommit,
-                    || format!("{}-{}", t.name.0, p.partition_index),
-                    p.error_code,
-                    None,
-                )?;
-            }
-        }
-        Ok(())
+        check_offset_commit(&response)
     }
 
     /// Produces one ready record batch to a partition's leader and waits for the answer
@@ -764,7 +757,8 @@ impl Client {
         }
     }
 
-    async fn coordinator(&mut self, group: &str) -> Result<&mut Connection, ClientError> {
+    /// The connection to a group's coordinator, looked up with FindCoordinator each time.
+    pub async fn coordinator(&mut self, group: &str) -> Result<&mut Connection, ClientError> {
         let version = self
             .bootstrap
             .version(ApiKey::FindCoordinator)
@@ -857,6 +851,52 @@ pub fn produce_ack(
         log_append_time_ms: answer.log_append_time_ms,
         log_start_offset: answer.log_start_offset,
     })
+}
+
+/// An OffsetCommit of one topic's partitions outside any generation; a group member sets its
+/// generation and member id on it.
+pub(crate) fn offset_commit_request(
+    group: &str,
+    topic: &str,
+    offsets: &[(i32, i64)],
+) -> OffsetCommitRequest {
+    OffsetCommitRequest::default()
+        .with_group_id(group_id(group))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(
+                    offsets
+                        .iter()
+                        .map(|(partition, offset)| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(*partition)
+                                .with_committed_offset(*offset)
+                                .with_committed_leader_epoch(-1)
+                                .with_committed_metadata(Some(StrBytes::new()))
+                        })
+                        .collect(),
+                ),
+        ])
+}
+
+/// `Ok` if every partition of an OffsetCommit was committed, else the first partition's error.
+pub(crate) fn check_offset_commit(
+    response: &kafka_protocol::messages::OffsetCommitResponse,
+) -> Result<(), ClientError> {
+    for t in &response.topics {
+        for p in &t.partitions {
+            check(
+                ApiKey::OffsetCommit,
+                || format!("{}-{}", t.name.0, p.partition_index),
+                p.error_code,
+                None,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// `Ok` if every (resource, error code, message) has code 0, else the first error.

@@ -6,15 +6,24 @@
 //! - [`Client`]: a cluster from a bootstrap address; metadata, admin calls, group offsets,
 //!   produce of ready batches and fetch, routed to leaders and coordinators.
 //! - [`batch`]: v2 record batches, built (with compression) and decoded.
+//! - [`GroupMember`]: a classic consumer group member; [`assignor`] and [`consumer_protocol`]
+//!   are its leader's assignors and the bytes members exchange; [`batch_span`] tells a consumer
+//!   where the fetched batches end.
+//! - [`partitioner`]: Kafka's murmur2 key partitioner.
 //! - [`ClientError`]: unreachable, timeout, Kafka error code (with its name), protocol errors.
 //!
 //! Responses are decoded with `kafka-protocol`, which trusts array counts on the wire (see the
 //! server's shape check): the client is meant for brokers we run, not hostile ones.
 
+pub mod assignor;
 pub mod batch;
+pub mod batch_span;
 mod cluster;
 mod connection;
+pub mod consumer_protocol;
 mod error;
+mod group;
+pub mod partitioner;
 
 pub use cluster::{
     BrokerInfo, Client, ClusterMetadata, CommittedOffset, ConfigChange, ConfigEntry,
@@ -23,3 +32,4 @@ pub use cluster::{
 };
 pub use connection::{ConnectOptions, Connection, Ticket};
 pub use error::{ClientError, error_name};
+pub use group::{GroupMember, MemberConfig};
