@@ -106,6 +106,15 @@ pub enum ConnectionError {
     TaskLost,
 }
 
+impl ConnectionError {
+    /// Whether the client closed or reset the connection (not a protocol fault of ours or its).
+    pub fn is_peer_gone(&self) -> bool {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        matches!(self, ConnectionError::Io(e) if matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted))
+            || matches!(self, ConnectionError::Frame(FrameError::Io(e)) if matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted))
+    }
+}
+
 /// Serves a client connection until the client closes it, shutdown is triggered, or the client
 /// sends something we cannot read (logged as a warning with the peer's address).
 pub async fn serve_connection<H: Handler>(
@@ -148,7 +157,12 @@ where
     // The reader is gone, so the channel is closed: detach whatever was still queued.
     while receiver.recv().await.is_some() {}
     if let Err(e) = &result {
-        tracing::warn!(peer, reason = %e, "closing connection");
+        if e.is_peer_gone() {
+            // The client went away: its business, not a fault worth a warning.
+            tracing::debug!(peer, reason = %e, "connection closed by the client");
+        } else {
+            tracing::warn!(peer, reason = %e, "closing connection");
+        }
     }
     result
 }

@@ -343,11 +343,18 @@ impl Reset<'_> {
         target: Target,
     ) -> Result<(), CliError> {
         let (group, topic) = (self.group, self.topic);
-        // Kafka refuses too: a member would overwrite the offsets with its own.
-        let described = client.describe_group(group).await.about_group(group)?;
-        let state = described.group_state.as_str();
-        if !described.members.is_empty() || !MEMBERLESS_STATES.contains(&state) {
-            return Err(CliError::GroupNotEmpty(group.to_owned()));
+        // Kafka refuses too: a member would overwrite the offsets with its own. A group the
+        // broker does not know yet (DescribeGroups v6+ says GROUP_ID_NOT_FOUND) has no members:
+        // resetting its offsets is how it gets some.
+        match client.describe_group(group).await.about_group(group) {
+            Err(CliError::GroupNotFound(_)) => {}
+            described => {
+                let described = described?;
+                let state = described.group_state.as_str();
+                if !described.members.is_empty() || !MEMBERLESS_STATES.contains(&state) {
+                    return Err(CliError::GroupNotEmpty(group.to_owned()));
+                }
+            }
         }
         let info = topic_info(client, topic).await?;
         let partitions = pick_partitions(&info, partitions)?;

@@ -148,7 +148,7 @@ impl Coordinator {
             });
         }
         let groups = replay(&log, now_ms()).await?;
-        tracing::info!(
+        tracing::debug!(
             log = %log.dir().display(),
             groups = groups.len(),
             offsets = groups.values().map(|g| g.offsets.len()).sum::<usize>(),
