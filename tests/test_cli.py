@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -57,3 +59,33 @@ def test_zero_cores_is_refused_with_a_clear_error(tmp_path) -> None:
 
     assert result.returncode != 0
     assert "cores" in result.stderr
+
+
+def test_a_relative_data_dir_works_as_the_default_does(tmp_path) -> None:
+    # The README's command runs with the default ./data: relative to where it is started.
+    port = free_port()
+    process = subprocess.Popen(
+        [str(SPINDLE_BIN), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", "data"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with kafka_wire.Connection("127.0.0.1", port) as conn:
+                    conn.metadata(None)
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+                assert time.monotonic() < deadline, "the broker did not start"
+                time.sleep(0.1)
+        topic = "relative"
+        clients.create_topic(f"127.0.0.1:{port}", topic, 1)
+        [acked] = clients.produce_acked(clients.producer(f"127.0.0.1:{port}"), topic, [(b"k", b"v")])
+        assert acked.offset == 0
+        assert (tmp_path / "data" / f"{topic}-0").is_dir()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0

@@ -111,11 +111,19 @@ impl Stops {
 }
 
 pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
+    let mut config = config;
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
         path: data_dir.clone(),
         source,
     })?;
+    // Absolute from here on: glommio opens directories relative to no directory (openat(-1)),
+    // so a relative path (the default ./data) would fail at the first directory sync.
+    let data_dir = std::fs::canonicalize(&data_dir).map_err(|source| ServeError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    config.data_dir = data_dir.clone();
     let _lock = lock(&data_dir)?;
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     let shards = config.shard_cpus.len();

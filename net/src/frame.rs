@@ -87,6 +87,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             // must, so that no byte is zeroed twice (zeroing a large frame's space before every
             // read once cost a third of the broker's time).
             if self.buf.len() < read_to {
+                // Growing may move the buffer: drop the zero padding first so only data moves.
+                self.buf.truncate(self.filled_bytes);
                 self.buf.resize(read_to, 0);
             }
             let read_bytes = self.reader.read(&mut self.buf[start..]).await?;

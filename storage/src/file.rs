@@ -77,6 +77,7 @@ pub async fn calibrate_direct_io(dir: &Path, mode: ResolvedIoMode) -> Result<(),
         return Ok(());
     }
     std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
+    let dir = &std::fs::canonicalize(dir).map_err(|e| IoFailure::new("resolving", dir, &e))?;
     // One file per call: shards calibrate at the same time, and glommio panics if a file it
     // is opening disappears (it unwraps a statfs of the path).
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -316,7 +317,8 @@ pub async fn read_file(path: &Path, mode: ResolvedIoMode) -> Result<Option<Vec<u
     Ok(Some(data))
 }
 
-/// Makes a directory's entries (created, renamed, removed files) durable.
+/// Makes a directory's entries (created, renamed, removed files) durable. `dir` must be
+/// absolute: glommio opens it with `openat(-1, ...)`, which refuses relative paths.
 pub async fn sync_dir(dir: &Path) -> Result<(), IoFailure> {
     let fail = |e: glommio::GlommioError<()>| {
         IoFailure::new("syncing directory", dir, &io::Error::from(e))

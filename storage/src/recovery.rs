@@ -38,6 +38,8 @@ impl ShardStorage {
     ) -> Result<Rc<Log>, LogError> {
         let config = config.clamped();
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
+        // glommio opens files relative to no directory (openat(-1)): paths must be absolute.
+        let dir = &std::fs::canonicalize(dir).map_err(|e| IoFailure::new("resolving", dir, &e))?;
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
         if clean {
