@@ -144,12 +144,7 @@ async fn wait_for_records(shard: &Rc<Shard>, wanted: &[(usize, Wanted)], deadlin
             wait
         })
         .collect();
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let _ = glommio::timer::timeout(remaining, async {
-        first(waits).await;
-        Ok(())
-    })
-    .await;
+    first_before(waits, deadline).await;
 }
 
 /// On the owning shard: until one of `wanted` has records past its `offset`, or the deadline.
@@ -178,24 +173,27 @@ async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) 
             wait
         })
         .collect();
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let _ = glommio::timer::timeout(remaining, async {
-        first(waits).await;
-        Ok(())
-    })
-    .await;
+    first_before(waits, deadline).await;
 }
 
-/// Resolves when the first of `futures` does.
-async fn first<'a>(mut futures: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
-    std::future::poll_fn(|cx| {
+/// Resolves when the first of `futures` does, or at `deadline`.
+async fn first_before<'a>(
+    mut futures: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>,
+    deadline: Instant,
+) {
+    let first = std::future::poll_fn(|cx| {
         if futures.iter_mut().any(|f| f.as_mut().poll(cx).is_ready()) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
+    });
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let _ = glommio::timer::timeout(remaining, async {
+        first.await;
+        Ok(())
     })
-    .await
+    .await;
 }
 
 type TopicShape = (StrBytes, Uuid, Vec<(i32, Option<ResponseError>)>);

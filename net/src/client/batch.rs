@@ -120,16 +120,7 @@ const COMPRESSED_RECORDS_MAX: i32 = 1 << 20;
 pub fn decode_batches(records: &Bytes) -> Result<Vec<ConsumedRecord>, ClientError> {
     let mut consumed = Vec::new();
     let mut rest = records.clone();
-    while rest.len() >= BATCH_HEADER_BYTES {
-        let batch_length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        let batch_bytes = usize::try_from(batch_length)
-            .ok()
-            .and_then(|len| len.checked_add(BATCH_LENGTH_END))
-            .filter(|len| *len >= BATCH_HEADER_BYTES)
-            .ok_or_else(|| bad_batch(format!("batch length {batch_length}")))?;
-        if batch_bytes > rest.len() {
-            break;
-        }
+    while let Some(batch_bytes) = complete_batch_len(&rest)? {
         let mut batch = rest.split_to(batch_bytes);
         let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]]);
         let count_at = &batch[RECORD_COUNT_AT..BATCH_HEADER_BYTES];
@@ -168,7 +159,22 @@ pub fn decode_batches(records: &Bytes) -> Result<Vec<ConsumedRecord>, ClientErro
     Ok(consumed)
 }
 
-fn bad_batch(reason: String) -> ClientError {
+/// The size of the whole batch at the start of `records`; `None` when it is not all there (a
+/// fetch may end in the middle of one).
+pub(crate) fn complete_batch_len(records: &[u8]) -> Result<Option<usize>, ClientError> {
+    let Some(header) = records.get(..BATCH_HEADER_BYTES) else {
+        return Ok(None);
+    };
+    let batch_length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+    let batch_bytes = usize::try_from(batch_length)
+        .ok()
+        .and_then(|len| len.checked_add(BATCH_LENGTH_END))
+        .filter(|len| *len >= BATCH_HEADER_BYTES)
+        .ok_or_else(|| bad_batch(format!("batch length {batch_length}")))?;
+    Ok((batch_bytes <= records.len()).then_some(batch_bytes))
+}
+
+pub(crate) fn bad_batch(reason: String) -> ClientError {
     ClientError::Usage(format!("malformed record batch: {reason}"))
 }
 

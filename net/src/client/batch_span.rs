@@ -2,30 +2,19 @@
 //! there: [`super::batch::decode_batches`] drops control batches (transaction markers), so the
 //! records alone would leave a consumer fetching the same marker forever.
 
+use super::batch::{bad_batch, complete_batch_len};
 use super::error::ClientError;
 
-/// The v2 batch header fields this reads: base offset, batch length (counted from the end of
-/// the length), magic, last offset delta.
-const BATCH_LENGTH_END: usize = 12;
+/// The v2 batch header fields this reads besides the length: magic, last offset delta.
 const MAGIC_AT: usize = 16;
 const LAST_OFFSET_DELTA_AT: usize = 23;
-const BATCH_HEADER_BYTES: usize = 61;
 
 /// The offset after the last complete batch of a fetched partition's records; `None` when no
 /// batch is complete (a fetch may end in part of one).
 pub fn next_offset_after(records: &[u8]) -> Result<Option<i64>, ClientError> {
     let mut next = None;
     let mut rest = records;
-    while rest.len() >= BATCH_HEADER_BYTES {
-        let batch_length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        let batch_bytes = usize::try_from(batch_length)
-            .ok()
-            .and_then(|len| len.checked_add(BATCH_LENGTH_END))
-            .filter(|len| *len >= BATCH_HEADER_BYTES)
-            .ok_or_else(|| bad_batch(format!("batch length {batch_length}")))?;
-        if batch_bytes > rest.len() {
-            break;
-        }
+    while let Some(batch_bytes) = complete_batch_len(rest)? {
         if rest[MAGIC_AT] != 2 {
             return Err(bad_batch(format!("magic {}", rest[MAGIC_AT])));
         }
@@ -42,10 +31,6 @@ pub fn next_offset_after(records: &[u8]) -> Result<Option<i64>, ClientError> {
         rest = &rest[batch_bytes..];
     }
     Ok(next)
-}
-
-fn bad_batch(reason: String) -> ClientError {
-    ClientError::Usage(format!("malformed record batch: {reason}"))
 }
 
 #[cfg(test)]
