@@ -355,11 +355,16 @@ impl Log {
         self.seal(&writer, base_offset).await?;
         let next = self.end_offset.get();
         let file = self.create_segment_file(next).await?;
+        // Reserved before the first write, so that no write has to extend the file.
+        let preallocated = self.shard.config.preallocate_bytes;
+        if preallocated > 0 {
+            file.preallocate(preallocated).await?;
+        }
         let writer = Rc::new(SegmentWriter::new(
             file.clone(),
             0,
             &[],
-            0,
+            preallocated,
             self.shard.writer_limits(),
             self.written_offset.clone(),
         ));
@@ -808,6 +813,9 @@ impl Log {
                 continue;
             }
             if self.written_offset.get() < end {
+                // Let the appends that are ready to run (pipelined requests) go first: one write
+                // then carries them all.
+                future::yield_now().await;
                 let writer = self.state.borrow().writer.clone();
                 if let Err(e) = writer.flush().await {
                     self.fail(e);

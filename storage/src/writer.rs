@@ -1,12 +1,22 @@
 //! Appends to the active segment file through aligned buffers, with direct IO.
 //!
-//! Appended bytes are copied into a buffer of `write_buffer_bytes`; a full buffer is written at
-//! once while the next one fills (write-behind, up to `writes_in_flight_max` writes in flight).
-//! A partly filled buffer is written when someone waits for its bytes ([`SegmentWriter::flush`]):
-//! its last, partial page is padded with zeros, and copied into the next buffer, so the next
-//! write rewrites that page with more data in it. Two writes of the same page are never in
-//! flight together: a write that starts inside the page where the previous one ended waits for
-//! that one to complete, so the newer content always lands last.
+//! Appended bytes are copied into a bulk buffer of `write_buffer_bytes` that starts on a page
+//! boundary; a full one is written at once while the next one fills (write-behind, up to
+//! `writes_in_flight_max` writes in flight). When someone waits for bytes not yet written
+//! ([`SegmentWriter::flush`]), the partly filled bulk buffer is written with its last page
+//! padded with zeros. That partial page becomes the *tail page*: the next appends fill it first,
+//! and it is written again, alone (one 4 KiB write), before appends move on to a new bulk buffer
+//! at the next page.
+//!
+//! Why the tail page is written on its own: a write that covered both a page already on disk and
+//! fresh preallocated pages spans two kinds of ext4 extents (written and unwritten), which ext4
+//! cannot write without blocking; io_uring then hands it to a worker thread that competes with
+//! the shard for its core, and such writes took 7-20 ms under load instead of well under one.
+//! Kept apart, every write is either a rewrite of one written page or lies wholly in fresh pages,
+//! and both go straight to the device.
+//!
+//! Two writes of the tail page are never in flight together: a rewrite waits for the previous
+//! write of that page, so the newer content always lands last. Bulk writes never overlap.
 //!
 //! Progress is published in two watermarks: `written_bytes` (file position below which every
 //! byte is on the device) and, for the log, the offset below which every batch is written.
@@ -18,6 +28,8 @@ use std::rc::Rc;
 use crate::error::IoFailure;
 use crate::file::{ALIGNMENT, SegmentFile, WriteBuf, align_down, align_up};
 use crate::watermark::{Reached, Watermark};
+
+const PAGE_BYTES: usize = ALIGNMENT as usize;
 
 /// Sizes a writer works with, taken from the shard's storage configuration.
 #[derive(Debug, Clone, Copy)]
@@ -38,16 +50,30 @@ pub struct SegmentWriter {
     written_offset: Rc<Watermark>,
 }
 
+/// A page partly written to disk, still being filled.
+#[derive(Debug)]
+struct TailPage {
+    /// Aligned file position of the page.
+    pos: u64,
+    /// Its bytes so far (fewer than a page).
+    data: Vec<u8>,
+    /// Whether `data` holds bytes the disk does not have yet.
+    dirty: bool,
+    /// The last write of this page: a rewrite must wait for it.
+    last_write: Option<Rc<Watermark>>,
+}
+
 #[derive(Debug)]
 struct State {
-    /// The buffer being filled; it starts at the aligned position `buf_pos`.
-    buf: Option<WriteBuf>,
-    buf_pos: u64,
-    buf_len: usize,
-    /// Writes submitted and not yet complete, in submission order.
+    /// The partial last page, if the end of the log is inside a page already written. While
+    /// there is one, the bulk buffer is empty: appends fill the tail page first.
+    tail: Option<TailPage>,
+    /// The bulk buffer being filled; it starts at the page-aligned position `bulk_pos`.
+    bulk: Option<WriteBuf>,
+    bulk_pos: u64,
+    bulk_len: usize,
+    /// Writes submitted and not yet complete, in submission (and file position) order.
     in_flight: VecDeque<InFlight>,
-    /// The last write submitted: the next write must wait for it if they share a page.
-    last_write: Option<(u64, Rc<Watermark>)>,
     /// Batch ends not yet written: (file position after the batch, offset after the batch).
     pending_marks: VecDeque<(u64, i64)>,
     /// The end of the write a flush is waiting for; other flushes join it.
@@ -59,6 +85,15 @@ struct State {
     error: Option<IoFailure>,
 }
 
+impl State {
+    fn position(&self) -> u64 {
+        match &self.tail {
+            Some(t) => t.pos + t.data.len() as u64,
+            None => self.bulk_pos + self.bulk_len as u64,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct InFlight {
     /// The logical end of the bytes this write carries.
@@ -67,8 +102,8 @@ struct InFlight {
 }
 
 impl SegmentWriter {
-    /// A writer appending at `position`. `tail` holds the file's bytes from the page that
-    /// contains `position` up to it (they are rewritten with the page).
+    /// A writer appending at `position`, with `preallocated` bytes of the file reserved.
+    /// `tail` holds the file's bytes from the page that contains `position` up to it.
     pub fn new(
         file: Rc<SegmentFile>,
         position: u64,
@@ -77,10 +112,10 @@ impl SegmentWriter {
         limits: WriterLimits,
         written_offset: Rc<Watermark>,
     ) -> SegmentWriter {
-        let buf_pos = align_down(position);
+        let page = align_down(position);
         assert_eq!(
             tail.len() as u64,
-            position - buf_pos,
+            position - page,
             "tail must be the partial page"
         );
         let limits = WriterLimits {
@@ -88,17 +123,26 @@ impl SegmentWriter {
             in_flight_max: limits.in_flight_max.max(1),
             preallocate_bytes: limits.preallocate_bytes,
         };
-        let mut buf = file.alloc(limits.buffer_bytes);
-        buf.as_bytes_mut()[..tail.len()].copy_from_slice(tail);
+        let tail_page = (!tail.is_empty()).then(|| TailPage {
+            pos: page,
+            data: tail.to_vec(),
+            dirty: false,
+            last_write: None,
+        });
+        let bulk_pos = if tail_page.is_some() {
+            page + ALIGNMENT
+        } else {
+            position
+        };
         SegmentWriter {
             file,
             limits,
             state: RefCell::new(State {
-                buf: Some(buf),
-                buf_pos,
-                buf_len: tail.len(),
+                tail: tail_page,
+                bulk: None,
+                bulk_pos,
+                bulk_len: 0,
                 in_flight: VecDeque::new(),
-                last_write: None,
                 pending_marks: VecDeque::new(),
                 flush_in_progress: None,
                 preallocated,
@@ -116,8 +160,7 @@ impl SegmentWriter {
 
     /// The logical size of the segment: every byte appended.
     pub fn position(&self) -> u64 {
-        let s = self.state.borrow();
-        s.buf_pos + s.buf_len as u64
+        self.state.borrow().position()
     }
 
     /// Every byte below this file position is on the device.
@@ -129,26 +172,36 @@ impl SegmentWriter {
         self.state.borrow().error.clone()
     }
 
-    /// Copies `data` (whole batches ending at offset `next_offset`) into the write buffers and
-    /// starts writing every buffer it fills. Never waits: call [`Self::wait_for_room`] first to
-    /// keep the bytes not yet written bounded.
+    /// Copies `data` (whole batches ending at offset `next_offset`) into the tail page and the
+    /// bulk buffers, and starts writing every page and buffer it fills. Never waits: call
+    /// [`Self::wait_for_room`] first to keep the bytes not yet written bounded.
     pub fn append(self: &Rc<Self>, data: &[u8], next_offset: i64) {
         let mut rest = data;
         while !rest.is_empty() {
-            let full = {
-                let mut s = self.state.borrow_mut();
-                let len = s.buf_len;
-                let buf = s
-                    .buf
-                    .get_or_insert_with(|| self.file.alloc(self.limits.buffer_bytes));
-                let n = rest.len().min(buf.len() - len);
-                buf.as_bytes_mut()[len..len + n].copy_from_slice(&rest[..n]);
-                s.buf_len += n;
+            let mut s = self.state.borrow_mut();
+            if let Some(tail) = s.tail.as_mut() {
+                let n = rest.len().min(PAGE_BYTES - tail.data.len());
+                tail.data.extend_from_slice(&rest[..n]);
+                tail.dirty = true;
                 rest = &rest[n..];
-                s.buf_len == self.limits.buffer_bytes
-            };
+                if tail.data.len() == PAGE_BYTES {
+                    drop(s);
+                    self.submit_tail();
+                }
+                continue;
+            }
+            let len = s.bulk_len;
+            let buf = s
+                .bulk
+                .get_or_insert_with(|| self.file.alloc(self.limits.buffer_bytes));
+            let n = rest.len().min(buf.len() - len);
+            buf.as_bytes_mut()[len..len + n].copy_from_slice(&rest[..n]);
+            s.bulk_len += n;
+            rest = &rest[n..];
+            let full = s.bulk_len == self.limits.buffer_bytes;
+            drop(s);
             if full {
-                self.submit_buffer();
+                self.submit_bulk_full();
             }
         }
         let end = self.position();
@@ -186,7 +239,7 @@ impl SegmentWriter {
             match running {
                 Some(end) => self.wait_written(end.min(target)).await?,
                 None => {
-                    let end = self.submit_partial();
+                    let end = self.submit_pending();
                     self.state.borrow_mut().flush_in_progress = Some(end);
                     let result = self.wait_written(end).await;
                     let mut s = self.state.borrow_mut();
@@ -226,63 +279,106 @@ impl SegmentWriter {
         }
     }
 
-    /// Submits the full current buffer; the next buffer starts empty right after it.
-    fn submit_buffer(self: &Rc<Self>) {
-        let (buf, pos, len) = {
-            let mut s = self.state.borrow_mut();
-            let Some(buf) = s.buf.take() else { return };
-            let (pos, len) = (s.buf_pos, s.buf_len);
-            s.buf_pos += len as u64;
-            s.buf_len = 0;
-            (buf, pos, len)
-        };
-        self.submit(buf, pos, len);
+    /// Submits whatever is appended and not yet submitted (the tail page if it has new bytes, or
+    /// the bulk buffer's bytes). Returns the logical end of the log, which those writes reach.
+    fn submit_pending(self: &Rc<Self>) -> u64 {
+        let dirty_tail = self.state.borrow().tail.as_ref().is_some_and(|t| t.dirty);
+        if dirty_tail {
+            self.submit_tail();
+        } else if self.state.borrow().bulk_len > 0 {
+            self.submit_bulk_partial();
+        }
+        self.position()
     }
 
-    /// Submits what the current buffer holds, its last page padded with zeros, and carries that
-    /// partial page over into a fresh buffer. Returns the logical end the write covers.
-    fn submit_partial(self: &Rc<Self>) -> u64 {
+    /// Writes the tail page (padded with zeros), after the previous write of that page. A full
+    /// tail page is done with: appends go on in a bulk buffer at the next page.
+    fn submit_tail(self: &Rc<Self>) {
+        let (buf, pos, len, depends_on, done) = {
+            let mut s = self.state.borrow_mut();
+            let Some(tail) = s.tail.as_mut() else { return };
+            let mut buf = self.file.alloc(PAGE_BYTES);
+            let bytes = buf.as_bytes_mut();
+            bytes[..tail.data.len()].copy_from_slice(&tail.data);
+            bytes[tail.data.len()..].fill(0);
+            let done = Rc::new(Watermark::new(0));
+            let depends_on = tail.last_write.replace(done.clone());
+            tail.dirty = false;
+            let (pos, len) = (tail.pos, tail.data.len());
+            if len == PAGE_BYTES {
+                s.tail = None;
+                s.bulk_pos = pos + ALIGNMENT;
+            }
+            (buf, pos, len, depends_on, done)
+        };
+        self.submit(buf, pos, len, depends_on, done);
+    }
+
+    /// Submits the full bulk buffer; the next one starts right after it.
+    fn submit_bulk_full(self: &Rc<Self>) {
         let (buf, pos, len) = {
             let mut s = self.state.borrow_mut();
-            let (pos, len) = (s.buf_pos, s.buf_len);
-            if len == 0 {
-                return pos;
-            }
-            let Some(mut buf) = s.buf.take() else {
-                return pos;
-            };
+            let Some(buf) = s.bulk.take() else { return };
+            let (pos, len) = (s.bulk_pos, s.bulk_len);
+            s.bulk_pos += len as u64;
+            s.bulk_len = 0;
+            (buf, pos, len)
+        };
+        self.submit(buf, pos, len, None, Rc::new(Watermark::new(0)));
+    }
+
+    /// Submits what the bulk buffer holds, its last page padded with zeros; that partial page
+    /// becomes the tail page.
+    fn submit_bulk_partial(self: &Rc<Self>) {
+        let done = Rc::new(Watermark::new(0));
+        let (buf, pos, len) = {
+            let mut s = self.state.borrow_mut();
+            let Some(mut buf) = s.bulk.take() else { return };
+            let (pos, len) = (s.bulk_pos, s.bulk_len);
             let padded = align_up(len as u64) as usize;
             buf.as_bytes_mut()[len..padded].fill(0);
-            let keep_from = align_down(len as u64) as usize;
-            let tail_len = len - keep_from;
-            let mut next = self.file.alloc(self.limits.buffer_bytes);
-            next.as_bytes_mut()[..tail_len].copy_from_slice(&buf.as_bytes()[keep_from..len]);
-            s.buf = Some(next);
-            s.buf_pos = pos + keep_from as u64;
-            s.buf_len = tail_len;
+            let whole_pages = align_down(len as u64) as usize;
+            s.bulk_len = 0;
+            if whole_pages == len {
+                s.bulk_pos = pos + len as u64;
+            } else {
+                let page = pos + whole_pages as u64;
+                s.tail = Some(TailPage {
+                    pos: page,
+                    data: buf.as_bytes()[whole_pages..len].to_vec(),
+                    dirty: false,
+                    last_write: Some(done.clone()),
+                });
+                s.bulk_pos = page + ALIGNMENT;
+            }
             (buf, pos, len)
         };
-        self.submit(buf, pos, len);
-        pos + len as u64
+        self.submit(buf, pos, len, None, done);
     }
 
-    /// Starts writing `len` logical bytes of `buf` at `pos` (padded to the alignment).
-    fn submit(self: &Rc<Self>, buf: WriteBuf, pos: u64, len: usize) {
+    /// Starts writing `len` logical bytes of `buf` at `pos` (padded to the alignment), after
+    /// `depends_on` completes; `done` is advanced when it completes.
+    fn submit(
+        self: &Rc<Self>,
+        buf: WriteBuf,
+        pos: u64,
+        len: usize,
+        depends_on: Option<Rc<Watermark>>,
+        done: Rc<Watermark>,
+    ) {
         let padded = align_up(len as u64);
-        let done = Rc::new(Watermark::new(0));
-        let (depends_on, preallocate) = {
+        let preallocate = {
             let mut s = self.state.borrow_mut();
-            let depends_on = match &s.last_write {
-                Some((prev_end, prev_done)) if *prev_end > pos => Some(prev_done.clone()),
-                _ => None,
-            };
-            s.last_write = Some((pos + padded, done.clone()));
             s.in_flight.push_back(InFlight {
                 end: pos + len as u64,
                 done: done.clone(),
             });
-            let preallocate = if self.limits.preallocate_bytes > 0
-                && pos + padded > s.preallocated
+            // Reserve the next stretch while half of the current one is still ahead, so writes
+            // find their space reserved (writes past it would extend the file, which ext4
+            // cannot do without blocking).
+            let ahead = self.limits.preallocate_bytes / 2;
+            if self.limits.preallocate_bytes > 0
+                && pos + padded + ahead > s.preallocated
                 && s.preallocating.is_none()
             {
                 s.preallocated = pos + padded + self.limits.preallocate_bytes;
@@ -291,8 +387,7 @@ impl SegmentWriter {
                 Some((s.preallocated, flag))
             } else {
                 None
-            };
-            (depends_on, preallocate)
+            }
         };
         if let Some((size, flag)) = preallocate {
             let this = self.clone();
