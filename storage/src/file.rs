@@ -235,12 +235,19 @@ impl SegmentFile {
 
     /// Reserves disk blocks up to `len` bytes and makes that the file size, so that direct
     /// writes inside it never have to extend the file (ext4 serializes extending direct writes).
-    pub async fn preallocate(&self, len: u64) -> Result<(), IoFailure> {
-        match &self.inner {
-            Inner::Direct(f) => f.pre_allocate(len, false).await,
-            Inner::Buffered(f) => f.pre_allocate(len, false).await,
-        }
-        .map_err(|e| self.failure("preallocating", e))
+    ///
+    /// A plain blocking fallocate(2), on purpose: through io_uring it would run on a worker thread
+    /// that competes with the busy shard for its core and waits milliseconds for a turn, while
+    /// the call itself takes tens of microseconds (0.01-0.4 ms for 64 MiB on ext4 here).
+    pub fn preallocate(&self, len: u64) -> Result<(), IoFailure> {
+        use std::os::fd::AsRawFd;
+        let fd = match &self.inner {
+            Inner::Direct(f) => f.as_raw_fd(),
+            Inner::Buffered(f) => f.as_raw_fd(),
+        };
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        nix::fcntl::fallocate(fd, nix::fcntl::FallocateFlags::empty(), 0, len)
+            .map_err(|e| IoFailure::new("preallocating", &self.path, &std::io::Error::from(e)))
     }
 
     pub async fn truncate(&self, len: u64) -> Result<(), IoFailure> {

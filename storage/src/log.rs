@@ -355,16 +355,11 @@ impl Log {
         self.seal(&writer, base_offset).await?;
         let next = self.end_offset.get();
         let file = self.create_segment_file(next).await?;
-        // Reserved before the first write, so that no write has to extend the file.
-        let preallocated = self.shard.config.preallocate_bytes;
-        if preallocated > 0 {
-            file.preallocate(preallocated).await?;
-        }
         let writer = Rc::new(SegmentWriter::new(
             file.clone(),
             0,
             &[],
-            preallocated,
+            0,
             self.shard.writer_limits(),
             self.written_offset.clone(),
         ));

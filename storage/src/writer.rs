@@ -80,8 +80,6 @@ struct State {
     flush_in_progress: Option<u64>,
     /// File size reserved by preallocation.
     preallocated: u64,
-    /// A running preallocation, awaited before the file is truncated or closed.
-    preallocating: Option<Rc<Watermark>>,
     error: Option<IoFailure>,
 }
 
@@ -146,7 +144,6 @@ impl SegmentWriter {
                 pending_marks: VecDeque::new(),
                 flush_in_progress: None,
                 preallocated,
-                preallocating: None,
                 error: None,
             }),
             written_bytes: Watermark::new(position as i64),
@@ -253,16 +250,9 @@ impl SegmentWriter {
         }
     }
 
-    /// Flushes, waits for any preallocation, and gives back the file with its logical size.
+    /// Flushes, and gives back the file's logical size.
     pub async fn finish(self: &Rc<Self>) -> Result<u64, IoFailure> {
         self.flush().await?;
-        let preallocating = self.state.borrow_mut().preallocating.take();
-        if let Some(p) = preallocating {
-            p.wait_for(1).await;
-        }
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
         Ok(self.position())
     }
 
@@ -367,46 +357,11 @@ impl SegmentWriter {
         done: Rc<Watermark>,
     ) {
         let padded = align_up(len as u64);
-        let preallocate = {
-            let mut s = self.state.borrow_mut();
-            s.in_flight.push_back(InFlight {
-                end: pos + len as u64,
-                done: done.clone(),
-            });
-            // Reserve the next stretch while half of the current one is still ahead, so writes
-            // find their space reserved (writes past it would extend the file, which ext4
-            // cannot do without blocking).
-            let ahead = self.limits.preallocate_bytes / 2;
-            if self.limits.preallocate_bytes > 0
-                && pos + padded + ahead > s.preallocated
-                && s.preallocating.is_none()
-            {
-                s.preallocated = pos + padded + self.limits.preallocate_bytes;
-                let flag = Rc::new(Watermark::new(0));
-                s.preallocating = Some(flag.clone());
-                Some((s.preallocated, flag))
-            } else {
-                None
-            }
-        };
-        if let Some((size, flag)) = preallocate {
-            let this = self.clone();
-            glommio::spawn_local(async move {
-                // Best effort: writes past the reserved space still work, only slower.
-                if let Err(e) = this.file.preallocate(size).await {
-                    tracing::debug!(error = %e, "preallocation failed");
-                }
-                flag.advance(1);
-                let mut s = this.state.borrow_mut();
-                if s.preallocating
-                    .as_ref()
-                    .is_some_and(|f| Rc::ptr_eq(f, &flag))
-                {
-                    s.preallocating = None;
-                }
-            })
-            .detach();
-        }
+        self.reserve_space(pos + padded);
+        self.state.borrow_mut().in_flight.push_back(InFlight {
+            end: pos + len as u64,
+            done: done.clone(),
+        });
         let this = self.clone();
         glommio::spawn_local(async move {
             if let Some(prev) = depends_on {
@@ -417,6 +372,26 @@ impl SegmentWriter {
             this.complete(result);
         })
         .detach();
+    }
+
+    /// Makes sure the file's space is reserved up to `end` and half a stretch beyond, so writes
+    /// never extend the file (ext4 cannot do that without blocking). Best effort: writes past
+    /// the reserved space still work, only slower.
+    fn reserve_space(&self, end: u64) {
+        let stretch = self.limits.preallocate_bytes;
+        let mut s = self.state.borrow_mut();
+        if stretch == 0 || end + stretch / 2 <= s.preallocated {
+            return;
+        }
+        let size = end + stretch;
+        match self.file.preallocate(size) {
+            Ok(()) => s.preallocated = size,
+            Err(e) => {
+                tracing::debug!(error = %e, "preallocation failed");
+                // Do not try again for every write.
+                s.preallocated = size;
+            }
+        }
     }
 
     /// Records completed writes: the written watermarks advance over the completed prefix.
