@@ -1,9 +1,9 @@
 //! The command line, and the run settings checked and derived from it.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use clap::{Parser, ValueEnum};
+pub use net::Acks;
 
 use crate::batch::Codec;
 use crate::error::BenchError;
@@ -94,45 +94,6 @@ pub struct Options {
     /// format to FILE, and the end-to-end latency to FILE with `.e2e` before its extension.
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acks {
-    None,
-    Leader,
-    All,
-}
-
-impl Acks {
-    /// The value of a Produce request's `acks` field.
-    pub fn wire(self) -> i16 {
-        match self {
-            Acks::None => 0,
-            Acks::Leader => 1,
-            Acks::All => -1,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Acks::None => "0",
-            Acks::Leader => "1",
-            Acks::All => "all",
-        }
-    }
-}
-
-impl FromStr for Acks {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "0" => Ok(Acks::None),
-            "1" => Ok(Acks::Leader),
-            "all" | "-1" => Ok(Acks::All),
-            other => Err(format!("{other}: expected 0, 1 or all")),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use glommio::sync::Semaphore;
+use net::Acks;
 use net::kafka_protocol::ResponseError;
 use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
 
@@ -25,25 +26,6 @@ pub struct Partition {
     /// Holds idempotent appends in arrival order: a producer's sequence check and its append
     /// must not be overtaken by the producer's next batch.
     idempotent_lock: Semaphore,
-}
-
-/// How long a produce waits for its records to be written or durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acks {
-    None,
-    Leader,
-    All,
-}
-
-impl Acks {
-    pub fn from_kafka(acks: i16) -> Option<Acks> {
-        match acks {
-            0 => Some(Acks::None),
-            1 => Some(Acks::Leader),
-            -1 => Some(Acks::All),
-            _ => None,
-        }
-    }
 }
 
 /// The answer for one partition of a produce.

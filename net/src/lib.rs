@@ -35,7 +35,7 @@ mod wire;
 pub use api::{Request, Response};
 pub use fetch::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
 pub use kafka_protocol;
-pub use produce::{ProducePartition, ProduceRequest, ProduceTopic};
+pub use produce::{Acks, ProducePartition, ProduceRequest, ProduceTopic};
 pub use request::{DecodeError, decode_request, encode_request};
 pub use response::{EncodeError, ResponseFrame, encode_response};
 pub use server::{ConnectionConfig, ConnectionError, Handler, ShutdownSignal, serve_connection};

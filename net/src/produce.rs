@@ -14,6 +14,60 @@ use crate::wire::{self, LengthPrefix, WireError};
 /// The first flexible Produce version.
 const FLEXIBLE_MIN: i16 = 9;
 
+/// A Produce request's `acks`: how much of the write the producer waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// 0: no answer at all.
+    None,
+    /// 1: the leader has the records.
+    Leader,
+    /// -1 ("all"): every in-sync replica has them.
+    All,
+}
+
+impl Acks {
+    /// The `acks` field of a Produce request, if it is one Kafka defines.
+    pub fn from_wire(acks: i16) -> Option<Acks> {
+        match acks {
+            0 => Some(Acks::None),
+            1 => Some(Acks::Leader),
+            -1 => Some(Acks::All),
+            _ => None,
+        }
+    }
+
+    pub fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+
+    /// As producers' settings spell it: 0, 1 or all.
+    pub fn name(self) -> &'static str {
+        match self {
+            Acks::None => "0",
+            Acks::Leader => "1",
+            Acks::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for Acks {
+    type Err = String;
+
+    /// 0, 1, all, or -1 (the wire's spelling of all).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "0" => Ok(Acks::None),
+            "1" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            other => Err(format!("{other}: expected 0, 1 or all")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProduceRequest<R = BytesMut> {
     pub transactional_id: Option<StrBytes>,

@@ -16,7 +16,8 @@ use crate::metadata::Topic;
 use crate::partition::LEADER_EPOCH;
 use crate::shard::Shard;
 
-/// "Authorized operations were not asked for", as Kafka writes it.
+/// "Authorized operations were not asked for", as Kafka writes it (Metadata, DescribeCluster,
+/// DescribeGroups).
 pub const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {

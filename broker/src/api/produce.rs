@@ -14,7 +14,9 @@ use net::kafka_protocol::messages::produce_response::{
 use net::kafka_protocol::protocol::StrBytes;
 
 use crate::api::on_owners;
-use crate::partition::{Acks, Produced};
+use net::Acks;
+
+use crate::partition::Produced;
 use crate::shard::Shard;
 
 /// The longest a produce waits for acknowledgement, whatever the client asks.
@@ -32,7 +34,7 @@ pub async fn handle(
     request: ProduceRequest,
     version: i16,
 ) -> Option<ProduceResponse> {
-    let acks = Acks::from_kafka(request.acks);
+    let acks = Acks::from_wire(request.acks);
     let timeout = Duration::from_millis(request.timeout_ms.max(0) as u64).min(TIMEOUT_MAX);
     let durability = shard.config.durability;
     let transactional = request.transactional_id.is_some();

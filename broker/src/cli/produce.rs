@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use futures_channel::oneshot;
+use net::Acks;
 use net::ProduceRequest;
 use net::client::batch::{Compression, NewRecord, RecordBatchBuilder};
 use net::client::{Client, ClientError, ProduceAck, produce_ack};
@@ -39,7 +40,7 @@ pub struct ProduceArgs {
     #[arg(long, short = 'p')]
     partition: Option<i32>,
     /// Acknowledgement wanted: none, the leader's, or every in-sync replica's.
-    #[arg(long, value_enum, default_value_t = Acks::All)]
+    #[arg(long, default_value = "all", value_name = "0|1|all")]
     acks: Acks,
     /// How batches are compressed.
     #[arg(long, short = 'z', value_enum, default_value_t = Codec::None)]
@@ -61,26 +62,6 @@ pub struct ProduceArgs {
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES",
         value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
     line_bytes_max: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Acks {
-    #[value(name = "0")]
-    None,
-    #[value(name = "1")]
-    Leader,
-    #[value(name = "all", alias = "-1")]
-    All,
-}
-
-impl Acks {
-    fn code(self) -> i16 {
-        match self {
-            Self::None => 0,
-            Self::Leader => 1,
-            Self::All => -1,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -349,7 +330,7 @@ impl Producer<'_> {
         batches: Vec<Outgoing>,
     ) -> Result<Vec<(Outgoing, ClientError)>, CliError> {
         let topic = self.args.topic.as_str();
-        let acks = self.args.acks.code();
+        let acks = self.args.acks.wire();
         let timeout_ms = self.args.cluster.timeout_ms_i32();
         let mut in_flight = Vec::with_capacity(batches.len());
         for outgoing in batches {
@@ -510,9 +491,9 @@ mod tests {
 
     #[test]
     fn acks_and_codecs_map_to_their_wire_values() {
-        assert_eq!(Acks::None.code(), 0);
-        assert_eq!(Acks::Leader.code(), 1);
-        assert_eq!(Acks::All.code(), -1);
+        assert_eq!(Acks::None.wire(), 0);
+        assert_eq!(Acks::Leader.wire(), 1);
+        assert_eq!(Acks::All.wire(), -1);
         assert_eq!(Compression::from(Codec::Zstd), Compression::Zstd);
         assert_eq!(Compression::from(Codec::None), Compression::None);
     }

@@ -46,9 +46,8 @@ use super::call::{
     TopicPartitions,
 };
 use super::{Dispatch, RequestContext, ResponseError, offsets_partition_for};
+use crate::api::metadata::OPERATIONS_NOT_ASKED;
 
-/// DescribeGroups' authorized operations when the client did not ask for them.
-const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 /// What any client may do to a group without an authorizer: READ (3), DELETE (6), DESCRIBE (8),
 /// DESCRIBE_CONFIGS (10), ALTER_CONFIGS (11), as a bit field of ACL operation codes.
 const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
