@@ -14,6 +14,9 @@ use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
 use crate::config::Durability;
 use crate::producer::{Producers, Verdict};
 
+/// How much of the end of a log is read to rebuild idempotent producers' state.
+const PRODUCER_STATE_SCAN_BYTES: usize = 8 << 20;
+
 /// The leader epoch stamped on batches: one broker, one epoch, until replication arrives.
 pub const LEADER_EPOCH: i32 = 0;
 
@@ -22,7 +25,9 @@ pub struct Partition {
     pub topic: String,
     pub index: i32,
     pub log: Rc<Log>,
-    producers: RefCell<Producers>,
+    /// Built from the end of the log on the first idempotent produce after the partition opens
+    /// (so that a producer retrying across a restart is recognised), then kept up to date.
+    producers: RefCell<Option<Producers>>,
     /// Holds idempotent appends in arrival order: a producer's sequence check and its append
     /// must not be overtaken by the producer's next batch.
     idempotent_lock: Semaphore,
@@ -78,7 +83,7 @@ impl Partition {
             topic,
             index,
             log,
-            producers: RefCell::new(Producers::default()),
+            producers: RefCell::new(None),
             idempotent_lock: Semaphore::new(1),
         }
     }
@@ -147,7 +152,15 @@ impl Partition {
             .acquire_permit(1)
             .await
             .map_err(|_| Produced::failed(ResponseError::NotLeaderOrFollower, None))?;
-        let verdict = self.producers.borrow().check(first);
+        if self.producers.borrow().is_none() {
+            let rebuilt = self.rebuild_producers().await;
+            *self.producers.borrow_mut() = Some(rebuilt);
+        }
+        let verdict = self
+            .producers
+            .borrow()
+            .as_ref()
+            .map_or(Verdict::Append, |p| p.check(first));
         match verdict {
             Verdict::Refuse(error) => Err(Produced::failed(error, None)),
             Verdict::Duplicate { base_offset } => Ok((
@@ -160,10 +173,37 @@ impl Partition {
                     .append(records, LEADER_EPOCH)
                     .await
                     .map_err(append_failed)?;
-                self.producers.borrow_mut().record(first, info.base_offset);
+                if let Some(p) = self.producers.borrow_mut().as_mut() {
+                    p.record(first, info.base_offset);
+                }
                 Ok((info.base_offset, info.next_offset))
             }
         }
+    }
+
+    /// The producers of the batches near the end of the log. Retries after a restart are of the
+    /// batches that were in flight when it happened, at the end of the log: reading its last few
+    /// megabytes finds them, without a scan of the whole log at every start.
+    async fn rebuild_producers(&self) -> Producers {
+        let mut producers = Producers::default();
+        match self
+            .log
+            .recent_batch_headers(PRODUCER_STATE_SCAN_BYTES)
+            .await
+        {
+            Ok(headers) => {
+                for h in &headers {
+                    producers.record(h, h.base_offset);
+                }
+            }
+            Err(e) => tracing::warn!(
+                topic = %self.topic,
+                partition = self.index,
+                error = %e,
+                "could not read the end of the log to rebuild producer state"
+            ),
+        }
+        producers
     }
 
     /// Reads from `offset`: at least one whole batch if there is one below the high watermark,
@@ -223,5 +263,61 @@ pub fn read_error(e: &ReadError) -> ResponseError {
         ReadError::Corrupt { .. } => ResponseError::CorruptMessage,
         ReadError::Storage(_) => ResponseError::KafkaStorageError,
         ReadError::Closed => ResponseError::NotLeaderOrFollower,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storage::batch::testing;
+    use storage::{IoMode, LogConfig, ShardStorage, StorageConfig};
+
+    fn idempotent_batch(sequence: i32) -> BytesMut {
+        BytesMut::from(&testing::with_producer(testing::batch(4, 100, 0), 7, 0, sequence)[..])
+    }
+
+    #[test]
+    fn a_retry_across_a_restart_is_answered_not_appended_again() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let dir = tempfile::tempdir().unwrap();
+                let mode = storage::resolve_io_mode(dir.path(), IoMode::Auto).unwrap();
+                let shard = ShardStorage::open(dir.path(), StorageConfig::default(), mode)
+                    .await
+                    .unwrap();
+                let open = || async {
+                    let log = shard
+                        .open_log(dir.path(), LogConfig::default())
+                        .await
+                        .unwrap();
+                    Partition::new("t".into(), 0, log)
+                };
+                async fn produce(p: &Partition, sequence: i32) -> Produced {
+                    p.produce(
+                        idempotent_batch(sequence),
+                        Acks::All,
+                        Durability::Fsync,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                }
+                let p = open().await;
+                assert_eq!(produce(&p, 0).await.base_offset, 0);
+                assert_eq!(produce(&p, 4).await.base_offset, 4);
+                // kill -9 after the write, before the answer: the producer retries both. (The old
+                // log is left open but idle: everything it had is durable.)
+                drop(p);
+                let p = open().await;
+                assert_eq!(produce(&p, 0).await.base_offset, 0, "a duplicate");
+                assert_eq!(produce(&p, 4).await.base_offset, 4, "a duplicate");
+                assert_eq!(p.log.log_end_offset(), 8, "nothing appended twice");
+                let gap = produce(&p, 12).await;
+                assert_eq!(gap.error, Some(ResponseError::OutOfOrderSequenceNumber));
+                assert_eq!(produce(&p, 8).await.base_offset, 8);
+                p.log.close().await.unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

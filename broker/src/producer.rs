@@ -50,9 +50,9 @@ fn next_sequence(sequence: i32) -> i32 {
 }
 
 impl Producers {
-    /// Judges a batch before it is appended. Producers this partition has never seen (a new
-    /// producer, or one from before a restart: state is kept in memory) are accepted at any
-    /// sequence.
+    /// Judges a batch before it is appended. Producers this partition does not know (a new
+    /// producer, or one whose last batches are older than what was read back after a restart)
+    /// are accepted at any sequence.
     pub fn check(&self, batch: &BatchHeader) -> Verdict {
         if !batch.has_producer_id() {
             return Verdict::Append;

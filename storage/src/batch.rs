@@ -321,6 +321,22 @@ pub mod testing {
         out
     }
 
+    /// `batch` made an idempotent producer's: producer id, epoch and first sequence set, CRC
+    /// recomputed.
+    pub fn with_producer(
+        mut batch: Vec<u8>,
+        producer_id: i64,
+        epoch: i16,
+        sequence: i32,
+    ) -> Vec<u8> {
+        batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
+        batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&epoch.to_be_bytes());
+        batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&sequence.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
+
     fn write_varint(out: &mut Vec<u8>, value: i64) {
         let mut raw = ((value << 1) ^ (value >> 63)) as u64;
         loop {

@@ -59,6 +59,12 @@ impl OffsetIndex {
         i.checked_sub(1).map(|i| self.entries[i])
     }
 
+    /// The last entry at or before byte `position`.
+    pub fn floor_position(&self, position: u32) -> Option<OffsetEntry> {
+        let i = self.entries.partition_point(|e| e.position <= position);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
     pub fn last(&self) -> Option<OffsetEntry> {
         self.entries.last().copied()
     }
@@ -202,6 +208,8 @@ mod tests {
         assert_eq!(i.floor(20).unwrap().position, 8192);
         assert_eq!(i.floor(u32::MAX).unwrap().position, 8192);
         assert_eq!(OffsetIndex::default().floor(3), None);
+        assert_eq!(i.floor_position(5000).unwrap().relative_offset, 10);
+        assert_eq!(i.floor_position(4095).unwrap().relative_offset, 0);
     }
 
     #[test]

@@ -492,6 +492,40 @@ impl Log {
         }
     }
 
+    /// The headers of the batches in about the last `max_bytes` of the active segment, oldest
+    /// first: what a broker needs to rebuild state kept in memory (idempotent producers' last
+    /// sequences) after a restart, without reading the whole log.
+    pub async fn recent_batch_headers(
+        &self,
+        max_bytes: usize,
+    ) -> Result<Vec<BatchHeader>, ReadError> {
+        let (file, start, size, offset) = {
+            let state = self.state.borrow();
+            let active = state.active();
+            let from = active.size_bytes.saturating_sub(max_bytes as u64);
+            // The last index entry at or before `from` is a batch boundary to start parsing at.
+            let (start, offset) = active.boundary_at_or_before(from);
+            let size = active.size_bytes.min(state.writer.written_position());
+            (active.file.clone(), start, size, offset)
+        };
+        let batches = segment::read_batches(
+            &file,
+            segment::ReadRange {
+                start,
+                offset,
+                max_bytes: usize::MAX,
+                upper_bound: i64::MAX,
+                readable_bytes: size,
+                read_bytes_max: self.shard.config.read_bytes_max,
+            },
+        )
+        .await?;
+        Ok(batches
+            .iter()
+            .filter_map(|b| BatchHeader::parse(b).ok())
+            .collect())
+    }
+
     /// The first offset whose record has a timestamp at or after `timestamp_ms`, with that
     /// timestamp; `None` if no record is that new. For compressed batches the answer is the
     /// batch's first offset and newest timestamp (finding the record would mean decompressing).

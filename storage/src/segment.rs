@@ -151,6 +151,19 @@ impl Segment {
             .await
     }
 
+    /// The last indexed batch boundary at or before file position `position`: (position, offset).
+    pub fn boundary_at_or_before(&self, position: u64) -> (u64, i64) {
+        let position = u32::try_from(position).unwrap_or(u32::MAX);
+        self.offset_index
+            .floor_position(position)
+            .map_or((0, self.base_offset), |e| {
+                (
+                    u64::from(e.position),
+                    self.base_offset + i64::from(e.relative_offset),
+                )
+            })
+    }
+
     /// Where a read for `offset` starts: the index entry at or before it.
     pub fn start_position(&self, offset: i64) -> u64 {
         self.offset_index

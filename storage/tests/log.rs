@@ -6,7 +6,7 @@ mod common;
 
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use common::*;
 use storage::batch::{self, BatchHeader};
 use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig};
@@ -359,6 +359,45 @@ fn truncation_drops_the_batch_holding_the_offset_and_all_after() {
         log.truncate_to(0).await.unwrap();
         assert_eq!(log.log_end_offset(), 0);
         assert_eq!(log.segment_count(), 1);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn recent_batch_headers_cover_the_tail_of_the_log_after_a_restart() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let config = LogConfig {
+            segment_bytes_max: 1 << 20,
+            ..small_log_config()
+        };
+        let log = open(&shard, dir.path(), config.clone()).await;
+        for i in 0..100 {
+            let b = batch::testing::with_producer(batch::testing::batch(3, 500, 0), 42, 0, i * 3);
+            log.append(BytesMut::from(&b[..]), 0).await.unwrap();
+        }
+        log.close().await.unwrap();
+        let log = open(&shard, dir.path(), config).await;
+        let tail = log.recent_batch_headers(20_000).await.unwrap();
+        assert!(
+            !tail.is_empty() && tail.len() < 100,
+            "only the tail: {}",
+            tail.len()
+        );
+        let last = tail.last().unwrap();
+        assert_eq!(
+            (last.producer_id, last.base_sequence, last.base_offset),
+            (42, 297, 297)
+        );
+        assert!(
+            tail.windows(2)
+                .all(|w| w[0].next_offset() == w[1].base_offset)
+        );
+        assert_eq!(
+            log.recent_batch_headers(usize::MAX).await.unwrap().len(),
+            100
+        );
         log.close().await.unwrap();
     });
 }
