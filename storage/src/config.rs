@@ -77,6 +77,8 @@ pub struct StorageConfig {
     pub cache_bytes_max: usize,
     /// The largest single read from a segment file.
     pub read_bytes_max: usize,
+    /// Memory for reading ahead of sequential readers, per shard (0 turns read-ahead off).
+    pub readahead_bytes_max: usize,
 }
 
 impl Default for StorageConfig {
@@ -88,6 +90,7 @@ impl Default for StorageConfig {
             preallocate_bytes: 64 << 20,
             cache_bytes_max: 256 << 20,
             read_bytes_max: 64 << 20,
+            readahead_bytes_max: 64 << 20,
         }
     }
 }

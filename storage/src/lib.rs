@@ -16,6 +16,8 @@
 //! - [`writer`]: aligned write-behind buffers for the active segment.
 //! - [`segment`]: one segment: bookkeeping, validation scans, reads.
 //! - [`cache`]: the per-shard cache of recent batches under a memory budget.
+//! - `readahead`: reading the next stretch of a segment file while a sequential read's answer
+//!   travels.
 //! - [`log`]: appends, reads, retention, truncation, close; the background flusher.
 //! - [`recovery`]: opening a log directory and recovering it.
 
@@ -26,6 +28,7 @@ pub mod error;
 mod file;
 mod index;
 pub mod log;
+mod readahead;
 mod recovery;
 mod segment;
 pub mod watermark;

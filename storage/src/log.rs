@@ -22,6 +22,7 @@ use crate::cache::{BatchCache, CacheKey, CachedBatch};
 use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::file::{self, ResolvedIoMode, SegmentFile};
+use crate::readahead::{self, Continuation, ReadAhead};
 use crate::segment::{self, Segment};
 use crate::watermark::{Reached, Watermark};
 use crate::writer::{SegmentWriter, WriterLimits};
@@ -32,6 +33,7 @@ pub struct ShardStorage {
     pub(crate) config: StorageConfig,
     pub(crate) io_mode: ResolvedIoMode,
     pub(crate) cache: BatchCache,
+    pub(crate) readahead: Rc<readahead::Budget>,
 }
 
 impl ShardStorage {
@@ -45,6 +47,7 @@ impl ShardStorage {
         file::calibrate_direct_io(data_dir, io_mode).await?;
         Ok(Rc::new(ShardStorage {
             cache: BatchCache::new(config.cache_bytes_max),
+            readahead: readahead::Budget::new(config.readahead_bytes_max),
             config,
             io_mode,
         }))
@@ -91,6 +94,8 @@ pub struct Log {
     /// The highest offset someone waits to see durable.
     pub(crate) sync_wanted: Watermark,
     pub(crate) closed: Cell<bool>,
+    /// The stretch of a segment read ahead of the last read from disk.
+    pub(crate) readahead: RefCell<Option<ReadAhead>>,
 }
 
 #[derive(Debug)]
@@ -129,6 +134,10 @@ impl State {
             .base_offset
     }
 }
+
+/// A stretch read ahead is as long as the read it follows, within these bounds.
+const READAHEAD_MIN_BYTES: usize = 256 << 10;
+const READAHEAD_MAX_BYTES: usize = 4 << 20;
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -428,7 +437,7 @@ impl Log {
         upper_bound: i64,
     ) -> Result<Vec<Bytes>, ReadError> {
         loop {
-            let (file, start, readable, generation, upper) = {
+            let (file, start, readable, generation, upper, segment_base) = {
                 let state = self.state.borrow();
                 if self.closed.get() {
                     return Err(ReadError::Closed);
@@ -469,7 +478,19 @@ impl Log {
                     readable,
                     state.generation,
                     upper,
+                    segment.base_offset,
                 )
+            };
+            // A read that continues the last one takes what was read ahead for it; any other
+            // read drops it.
+            let ahead = self
+                .readahead
+                .borrow_mut()
+                .take()
+                .filter(|r| r.at.segment_base == segment_base && r.at.generation == generation);
+            let (start, prefetched) = match ahead {
+                Some(r) if r.at.offset == offset => (r.at.position, r.take().await),
+                _ => (start, None),
             };
             let result = segment::read_batches(
                 &file,
@@ -481,14 +502,35 @@ impl Log {
                     readable_bytes: readable,
                     read_bytes_max: self.shard.config.read_bytes_max,
                 },
+                prefetched,
             )
             .await;
-            if self.state.borrow().generation == generation {
-                if let Err(e) = &result {
-                    tracing::error!(log = %self.dir.display(), error = %e, "read failed");
-                }
-                return result;
+            if self.state.borrow().generation != generation {
+                continue;
             }
+            let read = match result {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::error!(log = %self.dir.display(), error = %e, "read failed");
+                    return Err(e);
+                }
+            };
+            if let Some(last) = read.batches.last().and_then(|b| BatchHeader::parse(b).ok()) {
+                let returned: usize = read.batches.iter().map(Bytes::len).sum();
+                let len = (returned.clamp(READAHEAD_MIN_BYTES, READAHEAD_MAX_BYTES) as u64)
+                    .min(readable.saturating_sub(read.end)) as usize;
+                if len > 0 {
+                    let at = Continuation {
+                        segment_base,
+                        generation,
+                        offset: last.next_offset(),
+                        position: read.end,
+                    };
+                    *self.readahead.borrow_mut() =
+                        ReadAhead::start(file, at, len, &self.shard.readahead);
+                }
+            }
+            return Ok(read.batches);
         }
     }
 
@@ -508,7 +550,7 @@ impl Log {
             let size = active.size_bytes.min(state.writer.written_position());
             (active.file.clone(), start, size, offset)
         };
-        let batches = segment::read_batches(
+        let read = segment::read_batches(
             &file,
             segment::ReadRange {
                 start,
@@ -518,9 +560,11 @@ impl Log {
                 readable_bytes: size,
                 read_bytes_max: self.shard.config.read_bytes_max,
             },
+            None,
         )
         .await?;
-        Ok(batches
+        Ok(read
+            .batches
             .iter()
             .filter_map(|b| BatchHeader::parse(b).ok())
             .collect())
@@ -782,6 +826,7 @@ impl Log {
             return Ok(());
         }
         self.append_lock.close();
+        self.readahead.borrow_mut().take();
         let result = self.close_files().await;
         self.shard.cache.deregister(self.cache_key);
         self.end_offset.close();
@@ -817,6 +862,7 @@ impl Log {
             self.closed.set(true);
             self.append_lock.close();
         }
+        self.readahead.borrow_mut().take();
         self.shard.cache.deregister(self.cache_key);
         self.end_offset.close();
         self.written_offset.close();

@@ -97,6 +97,7 @@ impl ShardStorage {
             durable_offset: Watermark::new(end),
             sync_wanted: Watermark::new(end),
             closed: Cell::new(false),
+            readahead: RefCell::new(None),
         });
         glommio::spawn_local(log.clone().run_flusher()).detach();
         tracing::debug!(

@@ -310,10 +310,15 @@ pub struct ReadRange {
 /// Reads whole batches from a segment file, the first being the one that holds `offset`: at
 /// least one, then more while they fit in `max_bytes`, none ending past `upper_bound` or reaching
 /// past `readable_bytes`. Each batch is CRC-checked: a corrupt one is reported, never served.
-pub async fn read_batches(file: &SegmentFile, range: ReadRange) -> Result<Vec<Bytes>, ReadError> {
+/// `prefetched`, if given, holds the file's bytes from `range.start` on (read ahead earlier).
+pub async fn read_batches(
+    file: &SegmentFile,
+    range: ReadRange,
+    prefetched: Option<Bytes>,
+) -> Result<ReadBatches, ReadError> {
     let mut pos = range.start;
     let mut window = ReadWindow {
-        bytes: Bytes::new(),
+        bytes: prefetched.unwrap_or_default(),
         pos,
     };
     let mut out = Vec::new();
@@ -324,8 +329,9 @@ pub async fn read_batches(file: &SegmentFile, range: ReadRange) -> Result<Vec<By
         source,
     };
     loop {
+        let done = |batches| ReadBatches { batches, end: pos };
         if pos + HEADER_BYTES as u64 > range.readable_bytes {
-            return Ok(out);
+            return Ok(done(out));
         }
         // Read a little past max_bytes: the index makes us start up to an interval early.
         let ahead = range
@@ -343,7 +349,7 @@ pub async fn read_batches(file: &SegmentFile, range: ReadRange) -> Result<Vec<By
         let size = header.size_bytes();
         if pos + size as u64 > range.readable_bytes {
             // Not all written yet: the rest is served from the cache.
-            return Ok(out);
+            return Ok(done(out));
         }
         if header.last_offset() < range.offset {
             pos += size as u64;
@@ -352,7 +358,7 @@ pub async fn read_batches(file: &SegmentFile, range: ReadRange) -> Result<Vec<By
         if header.next_offset() > range.upper_bound
             || (!out.is_empty() && total + size > range.max_bytes)
         {
-            return Ok(out);
+            return Ok(done(out));
         }
         window.cover(file, pos, size, read_len(size)).await?;
         let bytes = window.slice(pos, size);
@@ -361,6 +367,14 @@ pub async fn read_batches(file: &SegmentFile, range: ReadRange) -> Result<Vec<By
         total += size;
         pos += size as u64;
     }
+}
+
+/// What [`read_batches`] found.
+#[derive(Debug)]
+pub struct ReadBatches {
+    pub batches: Vec<Bytes>,
+    /// The file position after the last batch returned (where a sequential read goes on).
+    pub end: u64,
 }
 
 /// The bytes of a file most recently read, and where they start.
