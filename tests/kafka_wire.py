@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 API_METADATA = 3
 API_API_VERSIONS = 18
+API_INIT_PRODUCER_ID = 22
 
 ERROR_NONE = 0
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -64,6 +65,9 @@ class Reader:
 
     def int32(self) -> int:
         return struct.unpack(">i", self.take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self.take(8))[0]
 
     def string(self) -> str | None:
         n = self.int16()
@@ -152,6 +156,15 @@ class Connection:
             key, lo, hi = reader.int16(), reader.int16(), reader.int16()
             versions[key] = (lo, hi)
         return versions
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """InitProducerId v1 for an idempotent (non-transactional) producer: (id, epoch)."""
+        reader = self.request(API_INIT_PRODUCER_ID, 1, string(None) + struct.pack(">i", 60_000))
+        reader.int32()  # throttle_time_ms
+        error = reader.int16()
+        if error != ERROR_NONE:
+            raise WireError(f"InitProducerId v1 answered error {error}")
+        return reader.int64(), reader.int16()
 
     def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = True) -> MetadataResponse:
         """Metadata v4, the first version that can ask the broker not to create topics."""

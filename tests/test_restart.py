@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import ConfigResource
 
 import clients
+import kafka_wire
 from clients import Record
 from conftest import STOP_TIMEOUT_S, Broker
 
@@ -122,6 +123,23 @@ def test_repeated_kill9_restarts_keep_every_acknowledged_record(own_broker: Brok
         acked += produce_batch(own_broker, topic, round_ * 2_000, 2_000)
         own_broker.restart_after_kill9()
         assert_acked_records_present(own_broker, topic, acked)
+
+
+def test_producer_ids_are_never_handed_out_twice_across_restarts(own_broker: Broker) -> None:
+    # An idempotent producer's state is rebuilt from the log after a restart, so a new producer
+    # given an id of an earlier run would be taken for that producer and refused. The restarts
+    # here follow each other within a second, as in a crash loop.
+    seen: dict[int, int] = {}
+    for run, restart in enumerate([own_broker.restart_after_sigterm, own_broker.restart_after_kill9, None]):
+        with kafka_wire.Connection(own_broker.host, own_broker.port) as conn:
+            for _ in range(3):
+                producer_id, epoch = conn.init_producer_id()
+                assert producer_id >= 0
+                assert epoch == 0
+                assert producer_id not in seen, f"run {run} got id {producer_id}, already given in run {seen[producer_id]}"
+                seen[producer_id] = run
+        if restart is not None:
+            restart()
 
 
 def test_sigint_shuts_down_cleanly(own_broker: Broker, unique) -> None:

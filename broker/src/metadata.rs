@@ -42,6 +42,8 @@ pub struct Metadata {
     pub version: u64,
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<Topic>>,
+    /// The block of producer ids of the broker's latest start (see [`Self::start_run`]).
+    pub producer_id_block: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +64,16 @@ impl Metadata {
             version: 0,
             cluster_id: Uuid::new_v4().simple().to_string(),
             topics: BTreeMap::new(),
+            producer_id_block: 0,
         }
+    }
+
+    /// Takes the next block of producer ids for a broker start. The caller saves the result
+    /// before serving, so that no later start hands out the same ids: idempotent producers'
+    /// state outlives a restart, and a new producer given an old id would be taken for it.
+    pub fn start_run(&mut self) {
+        self.producer_id_block += 1;
+        self.version += 1;
     }
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<Topic>> {
@@ -164,6 +175,7 @@ impl Metadata {
                 version: self.version,
                 cluster_id: Some(cluster_id),
                 topics: Some(topics),
+                producer_id_block: self.producer_id_block,
             },
         );
         b.finish(root, Some("SPMD"));
@@ -198,6 +210,7 @@ impl Metadata {
             version: root.version(),
             cluster_id: root.cluster_id().to_string(),
             topics,
+            producer_id_block: root.producer_id_block(),
         })
     }
 }
@@ -210,6 +223,7 @@ mod tests {
     fn sample() -> Metadata {
         let mut m = Metadata::new();
         m.version = 7;
+        m.producer_id_block = 3;
         for (name, shards, internal) in [
             ("orders", vec![0, 1, 0], false),
             (OFFSETS_TOPIC, vec![1], true),

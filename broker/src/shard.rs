@@ -35,7 +35,7 @@ pub struct Shard {
     mesh: OnceCell<Mesh<Shard>>,
     /// Serializes metadata changes on the controller (shard 0).
     pub(crate) controller_lock: Semaphore,
-    next_producer_id: Cell<i64>,
+    producer_ids: ProducerIds,
     pub shutdown: ShutdownSignal,
 }
 
@@ -58,6 +58,7 @@ impl Shard {
         metadata: Arc<Metadata>,
     ) -> Shard {
         let count = config.shard_cpus.len();
+        let metadata_block = metadata.producer_id_block;
         Shard {
             id,
             count,
@@ -69,7 +70,7 @@ impl Shard {
             apply_lock: Semaphore::new(1),
             mesh: OnceCell::new(),
             controller_lock: Semaphore::new(1),
-            next_producer_id: Cell::new(first_producer_id(id)),
+            producer_ids: ProducerIds::new(metadata_block, id),
             shutdown: ShutdownSignal::new(),
         }
     }
@@ -111,10 +112,9 @@ impl Shard {
             .collect()
     }
 
-    pub fn allocate_producer_id(&self) -> i64 {
-        let id = self.next_producer_id.get();
-        self.next_producer_id.set(id + 1);
-        id
+    /// A new producer id; `None` once this run's share is used up.
+    pub fn allocate_producer_id(&self) -> Option<i64> {
+        self.producer_ids.next()
     }
 
     /// Brings this shard in line with `metadata`: opens the logs of partitions it now owns,
@@ -221,15 +221,62 @@ impl Shard {
     }
 }
 
-/// Producer ids must differ across shards and from the ids of earlier runs (producers may
-/// outlive a restart): seconds since 2025 in the high bits, then the shard (8 bits), then a
-/// counter (24 bits: 16M producers per shard per run). Two runs started within the same second
-/// could hand out the same ids.
-fn first_producer_id(shard: usize) -> i64 {
-    const EPOCH_2025_S: u64 = 1_735_689_600;
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let since = now_s.saturating_sub(EPOCH_2025_S) & 0x7fff_ffff;
-    ((since << 32) | ((shard as u64 & 0xff) << 24)) as i64
+/// The producer ids one shard hands out in one run. Ids must differ across shards and from the
+/// ids of earlier runs (a producer's state outlives a restart): the run's block (persisted in the
+/// metadata, one per start) in the high 32 bits, then the shard (8 bits), then a counter (24
+/// bits: 16M producers per shard per run).
+#[derive(Debug)]
+struct ProducerIds {
+    next: Cell<i64>,
+    /// Ids left after `next`'s; the last block's last id is i64::MAX, so no end id is kept.
+    left: Cell<u32>,
+}
+
+impl ProducerIds {
+    const COUNTER_BITS: u32 = 24;
+
+    fn new(block: u64, shard: usize) -> ProducerIds {
+        // Ids are non-negative i64s: 31 bits of block, at one block per start.
+        let block = (block & 0x7fff_ffff) as i64;
+        let first = (block << 32) | (((shard & 0xff) as i64) << Self::COUNTER_BITS);
+        ProducerIds {
+            next: Cell::new(first),
+            left: Cell::new(1 << Self::COUNTER_BITS),
+        }
+    }
+
+    fn next(&self) -> Option<i64> {
+        let left = self.left.get().checked_sub(1)?;
+        let id = self.next.get();
+        self.left.set(left);
+        if left > 0 {
+            self.next.set(id + 1);
+        }
+        Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProducerIds;
+
+    #[test]
+    fn producer_ids_differ_across_shards_and_runs_and_run_out_cleanly() {
+        let mut seen = std::collections::HashSet::new();
+        for block in [1, 2] {
+            for shard in [0, 1, 255] {
+                let ids = ProducerIds::new(block, shard);
+                for _ in 0..3 {
+                    let id = ids.next().unwrap();
+                    assert!(id >= 0);
+                    assert!(seen.insert(id), "id {id} handed out twice");
+                }
+            }
+        }
+        let ids = ProducerIds::new(u64::from(u32::MAX), 255);
+        let count = std::iter::from_fn(|| ids.next()).count();
+        assert_eq!(count, 1 << ProducerIds::COUNTER_BITS);
+        assert_eq!(ids.next.get(), i64::MAX);
+        assert_eq!(ids.next(), None);
+    }
 }

@@ -41,8 +41,15 @@ pub fn init_producer_id(shard: &Shard, request: InitProducerIdRequest) -> InitPr
         && request.producer_epoch < i16::MAX - 1
     {
         (request.producer_id.0, request.producer_epoch + 1)
+    } else if let Some(id) = shard.allocate_producer_id() {
+        (id, 0)
     } else {
-        (shard.allocate_producer_id(), 0)
+        // Millions of producers since the start: the next block comes with the next start.
+        tracing::warn!(shard = shard.id, "producer ids of this run used up");
+        return InitProducerIdResponse::default()
+            .with_error_code(ResponseError::UnknownServerError.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
     };
     InitProducerIdResponse::default()
         .with_producer_id(ProducerId(id))

@@ -21,6 +21,7 @@ impl<'a> Metadata<'a> {
   pub const VT_VERSION: ::flatbuffers::VOffsetT = 4;
   pub const VT_CLUSTER_ID: ::flatbuffers::VOffsetT = 6;
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_PRODUCER_ID_BLOCK: ::flatbuffers::VOffsetT = 10;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -32,6 +33,7 @@ impl<'a> Metadata<'a> {
     args: &'args MetadataArgs<'args>
   ) -> ::flatbuffers::WIPOffset<Metadata<'bldr>> {
     let mut builder = MetadataBuilder::new(_fbb);
+    builder.add_producer_id_block(args.producer_id_block);
     builder.add_version(args.version);
     if let Some(x) = args.topics { builder.add_topics(x); }
     if let Some(x) = args.cluster_id { builder.add_cluster_id(x); }
@@ -60,6 +62,13 @@ impl<'a> Metadata<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Topic>>>>(Metadata::VT_TOPICS, None)}
   }
+  #[inline]
+  pub fn producer_id_block(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Metadata::VT_PRODUCER_ID_BLOCK, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Metadata<'_> {
@@ -71,6 +80,7 @@ impl ::flatbuffers::Verifiable for Metadata<'_> {
      .visit_field::<u64>("version", Self::VT_VERSION, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("cluster_id", Self::VT_CLUSTER_ID, true)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Topic>>>>("topics", Self::VT_TOPICS, false)?
+     .visit_field::<u64>("producer_id_block", Self::VT_PRODUCER_ID_BLOCK, false)?
      .finish();
     Ok(())
   }
@@ -79,6 +89,7 @@ pub struct MetadataArgs<'a> {
     pub version: u64,
     pub cluster_id: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Topic<'a>>>>>,
+    pub producer_id_block: u64,
 }
 impl<'a> Default for MetadataArgs<'a> {
   #[inline]
@@ -87,6 +98,7 @@ impl<'a> Default for MetadataArgs<'a> {
       version: 0,
       cluster_id: None, // required field
       topics: None,
+      producer_id_block: 0,
     }
   }
 }
@@ -107,6 +119,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MetadataBuilder<'a, 'b, A> {
   #[inline]
   pub fn add_topics(&mut self, topics: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<Topic<'b >>>>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Metadata::VT_TOPICS, topics);
+  }
+  #[inline]
+  pub fn add_producer_id_block(&mut self, producer_id_block: u64) {
+    self.fbb_.push_slot::<u64>(Metadata::VT_PRODUCER_ID_BLOCK, producer_id_block, 0);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> MetadataBuilder<'a, 'b, A> {
@@ -130,6 +146,7 @@ impl ::core::fmt::Debug for Metadata<'_> {
       ds.field("version", &self.version());
       ds.field("cluster_id", &self.cluster_id());
       ds.field("topics", &self.topics());
+      ds.field("producer_id_block", &self.producer_id_block());
       ds.finish()
   }
 }
