@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import clients
 import kafka_wire
@@ -118,5 +118,20 @@ def test_fetch_at_the_end_waits_for_the_next_record(broker: Broker, unique) -> N
             assert time.monotonic() < deadline, "the record produced at the end never arrived"
         assert msg.error() is None, msg.error()
         assert (msg.offset(), msg.value()) == (10, b"next")
+    finally:
+        consumer.close()
+
+
+def test_committing_offsets_of_a_missing_topic_gets_unknown_topic(broker: Broker, unique) -> None:
+    topic, missing = unique("topic"), unique("missing")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    consumer = clients.assigned_consumer(broker.bootstrap, **{"group.id": unique("group")})
+    try:
+        with pytest.raises(KafkaException) as raised:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(missing, 0, 5)], asynchronous=False)
+        assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        # The partition the broker has is committed all the same, as Kafka does.
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=clients.REQUEST_TIMEOUT_S)
+        assert committed.offset == 3
     finally:
         consumer.close()

@@ -87,6 +87,12 @@ impl Dispatch for ShardDispatch<'_> {
             .map_or(1, |t| t.partitions())
     }
 
+    fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.shard
+            .topic(topic)
+            .is_some_and(|t| !t.internal && t.shard_of(partition).is_some())
+    }
+
     async fn call(&self, partition: i32, call: GroupCall) -> GroupReply {
         let Some(owner) = self
             .shard

@@ -4,7 +4,7 @@
 //! Fields a version lacks are never set (`kafka-protocol` refuses to encode some of them, and
 //! older clients would misread others).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -466,87 +466,98 @@ async fn offset_commit(
     dispatch: &impl Dispatch,
 ) -> OffsetCommitResponse {
     let group_id = text(&request.group_id);
-    let requested: Vec<(TopicName, Vec<i32>)> = request
+    // Every partition asked about, in request order, with whether the broker has it.
+    let requested: Vec<(TopicName, Vec<(i32, bool)>)> = request
         .topics
         .iter()
         .map(|t| {
-            let partitions = t.partitions.iter().map(|p| p.partition_index).collect();
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let known = dispatch.has_partition(&t.name, p.partition_index);
+                    (p.partition_index, known)
+                })
+                .collect();
             (t.name.clone(), partitions)
         })
         .collect();
-    let call = CommitCall {
-        group_id: group_id.clone(),
-        generation_id: request.generation_id_or_member_epoch,
-        member_id: text(&request.member_id),
-        group_instance_id: request.group_instance_id.as_ref().map(text),
-        // v2-v4 could ask for their own retention; -1 means the broker's.
-        retention_ms: Some(request.retention_time_ms)
-            .filter(|&ms| (2..=4).contains(&version) && ms != -1),
-        topics: request
-            .topics
-            .into_iter()
-            .map(|t| CommitTopic {
-                name: text(&t.name),
-                partitions: t
-                    .partitions
-                    .into_iter()
-                    .map(|p| CommitPartition {
-                        partition: p.partition_index,
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: p.committed_metadata.as_ref().map(text),
-                    })
-                    .collect(),
-            })
-            .collect(),
-    };
-    let results = match call_group(dispatch, &group_id, GroupCall::Commit(call)).await {
-        GroupReply::Commit(results) => results,
-        other => Err(refusal(other)),
-    };
-    let topics = match results {
-        Ok(topics) => topics
-            .into_iter()
-            .map(|t| {
-                OffsetCommitResponseTopic::default()
-                    .with_name(TopicName(wire(t.name)))
-                    .with_partitions(
-                        t.partitions
-                            .into_iter()
-                            .map(|p| {
-                                OffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition)
-                                    .with_error_code(code(p.result))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-        Err(error) => {
-            // Before v9 an unknown group with a generation is an old generation.
-            let error = match error {
-                ResponseError::GroupIdNotFound if version < 9 => ResponseError::IllegalGeneration,
-                other => other,
-            };
-            requested
+    let topics: Vec<CommitTopic> = request
+        .topics
+        .into_iter()
+        .map(|t| CommitTopic {
+            name: text(&t.name),
+            partitions: t
+                .partitions
                 .into_iter()
-                .map(|(name, partitions)| {
-                    OffsetCommitResponseTopic::default()
-                        .with_name(name)
-                        .with_partitions(
-                            partitions
-                                .into_iter()
-                                .map(|p| {
-                                    OffsetCommitResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_error_code(error.code())
-                                })
-                                .collect(),
-                        )
+                .filter(|p| dispatch.has_partition(&t.name, p.partition_index))
+                .map(|p| CommitPartition {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(text),
                 })
-                .collect()
+                .collect(),
+        })
+        .filter(|t: &CommitTopic| !t.partitions.is_empty())
+        .collect();
+    let results = if topics.is_empty() {
+        // Nothing the broker has: the group is not consulted, as in Kafka.
+        Ok(HashMap::new())
+    } else {
+        let call = CommitCall {
+            group_id: group_id.clone(),
+            generation_id: request.generation_id_or_member_epoch,
+            member_id: text(&request.member_id),
+            group_instance_id: request.group_instance_id.as_ref().map(text),
+            // v2-v4 could ask for their own retention; -1 means the broker's.
+            retention_ms: Some(request.retention_time_ms)
+                .filter(|&ms| (2..=4).contains(&version) && ms != -1),
+            topics,
+        };
+        match call_group(dispatch, &group_id, GroupCall::Commit(call)).await {
+            GroupReply::Commit(Ok(topics)) => Ok(topics
+                .into_iter()
+                .flat_map(|t| {
+                    let name = t.name;
+                    t.partitions
+                        .into_iter()
+                        .map(move |p| ((name.clone(), p.partition), code(p.result)))
+                })
+                .collect::<HashMap<_, _>>()),
+            GroupReply::Commit(Err(error)) => Err(error),
+            other => Err(refusal(other)),
         }
     };
+    let results = results.map_err(|error| match error {
+        // Before v9 an unknown group with a generation is an old generation.
+        ResponseError::GroupIdNotFound if version < 9 => ResponseError::IllegalGeneration,
+        other => other,
+    });
+    let topics = requested
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(partition, known)| {
+                    let error_code = match &results {
+                        _ if !known => ResponseError::UnknownTopicOrPartition.code(),
+                        Ok(codes) => codes
+                            .get(&(text(&name), partition))
+                            .copied()
+                            .unwrap_or(ResponseError::UnknownServerError.code()),
+                        Err(error) => error.code(),
+                    };
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(partition)
+                        .with_error_code(error_code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
     OffsetCommitResponse::default().with_topics(topics)
 }
 

@@ -163,6 +163,9 @@ pub trait Dispatch {
     /// The number of offsets partitions (fixed for the life of the data directory).
     fn offsets_partitions(&self) -> i32;
 
+    /// Whether the broker has this partition: commits for others are refused, as Kafka does.
+    fn has_partition(&self, topic: &str, partition: i32) -> bool;
+
     /// Runs `call` on the coordinator of offsets partition `partition`, on whichever shard
     /// hosts it. When that coordinator is not open (still loading, or closed), the answer is
     /// [`GroupReply::Unavailable`] with COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR.

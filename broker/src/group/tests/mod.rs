@@ -132,6 +132,9 @@ pub struct Cluster {
     pub coordinators: Vec<Rc<Coordinator>>,
 }
 
+/// The one topic the tests' broker does not have.
+pub const MISSING_TOPIC: &str = "missing";
+
 impl Cluster {
     pub async fn open(dir: &Path, partitions: i32, config: GroupConfig) -> Rc<Cluster> {
         let storage = shard_storage(dir).await;
@@ -170,6 +173,10 @@ impl Cluster {
 impl Dispatch for Cluster {
     fn offsets_partitions(&self) -> i32 {
         self.coordinators.len() as i32
+    }
+
+    fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        topic != MISSING_TOPIC && partition >= 0
     }
 
     async fn call(&self, partition: i32, call: GroupCall) -> GroupReply {

@@ -279,6 +279,41 @@ fn commits_from_members_are_checked_against_the_group() {
 }
 
 #[test]
+fn commits_for_partitions_the_broker_lacks_are_refused_alone() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = Cluster::open(dir.path(), 1, fast_config()).await;
+        let client = cluster.client("c");
+        let unknown = err(ResponseError::UnknownTopicOrPartition);
+        let response = client
+            .commit(
+                8,
+                "g",
+                -1,
+                "",
+                &[("t", 0, 5), (MISSING_TOPIC, 0, 6), ("t", 1, 7)],
+            )
+            .await;
+        assert_eq!(commit_errors(&response), vec![NONE, unknown, NONE]);
+        let names: Vec<&str> = response.topics.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, vec!["t", MISSING_TOPIC, "t"]);
+        assert_eq!(
+            client
+                .fetch("g", &[("t", 0), ("t", 1), (MISSING_TOPIC, 0)])
+                .await,
+            vec![5, 7, -1]
+        );
+        // Only unknown partitions: refused without asking the group (which does not exist).
+        let response = client
+            .commit(9, "h", 3, "ghost", &[(MISSING_TOPIC, 0, 1)])
+            .await;
+        assert_eq!(commit_errors(&response), vec![unknown]);
+        assert_eq!(listed_groups(&client).await, vec!["g".to_owned()]);
+        cluster.close().await;
+    });
+}
+
+#[test]
 fn offsets_survive_a_close_and_reopen() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
