@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+from confluent_kafka.admin import ConfigResource
 
 import clients
 from conftest import Broker
@@ -119,3 +121,31 @@ def test_a_900_kb_record_round_trips(broker: Broker, unique) -> None:
 
     assert [r.offset for r in acked] == [0, 1, 2]
     assert [(r.key, r.value) for r in read] == produced
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_log_append_time_topics_stamp_records_with_the_brokers_time(broker: Broker, unique, codec: str) -> None:
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    prod = clients.producer(broker.bootstrap, **{"compression.type": codec})
+    acked: list[tuple[int, int]] = []
+    prod_start_ms = int(time.time() * 1000)
+    for i in range(20):
+        # The producer's own timestamps are from 2001: the broker's replace them.
+        prod.produce(
+            topic, value=b"v%d" % i, partition=0, timestamp=1_000_000_000_000 + i,
+            on_delivery=lambda err, msg: acked.append(msg.timestamp()) if err is None else None,
+        )  # fmt: skip
+    assert prod.flush(clients.REQUEST_TIMEOUT_S) == 0
+    prod_end_ms = int(time.time() * 1000)
+
+    assert len(acked) == 20
+    for kind, ts in acked:
+        assert kind == TIMESTAMP_LOG_APPEND_TIME
+        assert prod_start_ms - 1000 <= ts <= prod_end_ms + 1000
+    read = clients.read_partitions(broker.bootstrap, topic, [0])[0]
+    assert [r.value for r in read] == [b"v%d" % i for i in range(20)]
+    assert sorted({r.timestamp_ms for r in read}) == sorted({ts for _, ts in acked})
+    admin = clients.admin(broker.bootstrap)
+    [config] = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    assert config.result(timeout=clients.REQUEST_TIMEOUT_S)["message.timestamp.type"].value == "LogAppendTime"

@@ -40,6 +40,25 @@ pub struct Produced {
     pub message: Option<String>,
     pub base_offset: i64,
     pub log_start_offset: i64,
+    /// The time the records were stamped with on a LogAppendTime topic; -1 otherwise.
+    pub log_append_time_ms: i64,
+}
+
+/// Where a record set went.
+struct Appended {
+    base_offset: i64,
+    next_offset: i64,
+    log_append_time_ms: Option<i64>,
+}
+
+impl Appended {
+    fn from_log(info: &storage::AppendInfo) -> Appended {
+        Appended {
+            base_offset: info.base_offset,
+            next_offset: info.next_offset,
+            log_append_time_ms: info.log_append_time_ms,
+        }
+    }
 }
 
 impl Produced {
@@ -49,6 +68,7 @@ impl Produced {
             message: message.into(),
             base_offset: -1,
             log_start_offset: -1,
+            log_append_time_ms: -1,
         }
     }
 }
@@ -112,11 +132,15 @@ impl Partition {
             self.log
                 .append(records, LEADER_EPOCH)
                 .await
-                .map(|i| (i.base_offset, i.next_offset))
+                .map(|i| Appended::from_log(&i))
                 .map_err(append_failed)
         };
-        let (base_offset, next_offset) = match appended {
-            Ok(offsets) => offsets,
+        let Appended {
+            base_offset,
+            next_offset,
+            log_append_time_ms,
+        } = match appended {
+            Ok(appended) => appended,
             Err(produced) => return produced,
         };
         let wait = async {
@@ -133,6 +157,7 @@ impl Partition {
                 message: None,
                 base_offset,
                 log_start_offset: self.log.log_start_offset(),
+                log_append_time_ms: log_append_time_ms.unwrap_or(-1),
             },
             Ok(Err(e)) => sync_failed(e),
             Err(_) => Produced::failed(
@@ -146,7 +171,7 @@ impl Partition {
         &self,
         records: BytesMut,
         first: &BatchHeader,
-    ) -> Result<(i64, i64), Produced> {
+    ) -> Result<Appended, Produced> {
         let _turn = self
             .idempotent_lock
             .acquire_permit(1)
@@ -163,10 +188,12 @@ impl Partition {
             .map_or(Verdict::Append, |p| p.check(first));
         match verdict {
             Verdict::Refuse(error) => Err(Produced::failed(error, None)),
-            Verdict::Duplicate { base_offset } => Ok((
+            // The first answer's append time is not kept: a duplicate's is unknown (-1).
+            Verdict::Duplicate { base_offset } => Ok(Appended {
                 base_offset,
-                base_offset + i64::from(first.last_offset_delta) + 1,
-            )),
+                next_offset: base_offset + i64::from(first.last_offset_delta) + 1,
+                log_append_time_ms: None,
+            }),
             Verdict::Append => {
                 let info = self
                     .log
@@ -176,7 +203,7 @@ impl Partition {
                 if let Some(p) = self.producers.borrow_mut().as_mut() {
                     p.record(first, info.base_offset);
                 }
-                Ok((info.base_offset, info.next_offset))
+                Ok(Appended::from_log(&info))
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use storage::LogConfig;
+use storage::{LogConfig, TimestampType};
 
 use crate::config::TopicDefaults;
 
@@ -120,11 +120,16 @@ const KEYS: &[Key] = &[
         name: "message.timestamp.type",
         kind: ConfigType::String,
         check: |v| match v {
-            "CreateTime" => Ok(()),
-            _ => Err("only CreateTime is supported".into()),
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            _ => Err("must be CreateTime or LogAppendTime".into()),
         },
         default: |_| "CreateTime".into(),
-        apply: None,
+        apply: Some(|c, v| {
+            c.timestamp_type = match v {
+                "LogAppendTime" => TimestampType::LogAppendTime,
+                _ => TimestampType::CreateTime,
+            }
+        }),
     },
     Key {
         name: "min.insync.replicas",

@@ -218,6 +218,34 @@ pub fn assign_offsets(batch: &mut [u8], base_offset: i64, partition_leader_epoch
         .copy_from_slice(&partition_leader_epoch.to_be_bytes());
 }
 
+/// Whose clock a topic's timestamps are (`message.timestamp.type`): the producer's, or the
+/// broker's when it appends the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimestampType {
+    #[default]
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Marks a batch as timed by the broker at `now_ms`, as Kafka does for LogAppendTime topics:
+/// the timestamp-type attribute is set and `maxTimestamp` becomes `now_ms`, which consumers then
+/// take as every record's time. Only these two header fields change, and since both are under
+/// the CRC, it is recomputed; the records are untouched. `batch` is exactly the batch `header`
+/// was read from; the result is its new header.
+pub fn stamp_log_append_time(batch: &mut [u8], header: &BatchHeader, now_ms: i64) -> BatchHeader {
+    let attributes = header.attributes | TIMESTAMP_TYPE_BIT;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    BatchHeader {
+        crc,
+        attributes,
+        max_timestamp: now_ms,
+        ..*header
+    }
+}
+
 /// The offset of the first record whose timestamp is at least `target_ms`, for an uncompressed
 /// batch whose `max_timestamp` is known to be at least `target_ms`. Compressed batches answer
 /// their base offset: finding the record would mean decompressing, which the broker never does.
@@ -377,6 +405,36 @@ mod tests {
         assert_eq!(h.base_offset, 42);
         assert_eq!(h.last_offset(), 44);
         assert_eq!(h.partition_leader_epoch, 7);
+    }
+
+    #[test]
+    fn stamping_log_append_time_changes_only_the_type_and_max_timestamp() {
+        let original = batch(3, 10, 1_000);
+        let mut b = original.clone();
+        let before = validate(&original, usize::MAX).unwrap();
+        let stamped = stamp_log_append_time(&mut b, &before, 9_999);
+        let after = validate(&b, usize::MAX).unwrap();
+        assert_eq!(
+            stamped, after,
+            "the header returned is the header of the bytes"
+        );
+        assert!(after.is_log_append_time());
+        assert!(!before.is_log_append_time());
+        assert_eq!(after.max_timestamp, 9_999);
+        assert_eq!(
+            after,
+            BatchHeader {
+                crc: after.crc,
+                attributes: before.attributes | TIMESTAMP_TYPE_BIT,
+                max_timestamp: 9_999,
+                ..before
+            }
+        );
+        assert_eq!(
+            b[HEADER_BYTES..],
+            original[HEADER_BYTES..],
+            "records untouched"
+        );
     }
 
     #[test]

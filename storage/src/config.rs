@@ -1,6 +1,8 @@
 //! What a log is told: per-partition (topic) settings that Kafka users know by name, and the
 //! per-shard IO settings that only operators tune.
 
+use crate::batch::TimestampType;
+
 /// Kafka's topic-level settings that shape one partition's log. Names follow Kafka's
 /// (`segment.bytes` is `segment_bytes_max`, ...), with units last.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,8 @@ pub struct LogConfig {
     pub flush_ms: Option<u64>,
     /// `max.message.bytes`: the largest batch accepted.
     pub max_message_bytes: usize,
+    /// `message.timestamp.type`: with LogAppendTime, appends stamp batches with the broker's time.
+    pub timestamp_type: TimestampType,
 }
 
 impl Default for LogConfig {
@@ -37,6 +41,7 @@ impl Default for LogConfig {
             flush_messages: None,
             flush_ms: None,
             max_message_bytes: 1_048_588,
+            timestamp_type: TimestampType::CreateTime,
         }
     }
 }

@@ -34,7 +34,7 @@ mod segment;
 pub mod watermark;
 mod writer;
 
-pub use batch::{BatchError, BatchHeader};
+pub use batch::{BatchError, BatchHeader, TimestampType};
 pub use cache::BatchCache;
 pub use config::{IoMode, LogConfig, StorageConfig};
 pub use error::{AppendError, IoFailure, LogError, ReadError, SyncError};

@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use futures_lite::future;
 use glommio::sync::Semaphore;
 
-use crate::batch::{self, BatchHeader};
+use crate::batch::{self, BatchHeader, TimestampType};
 use crate::cache::{BatchCache, CacheKey, CachedBatch};
 use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
@@ -75,6 +75,8 @@ pub struct AppendInfo {
     /// [`Log::wait_durable`].
     pub next_offset: i64,
     pub log_start_offset: i64,
+    /// The time the batches were stamped with, on a LogAppendTime log.
+    pub log_append_time_ms: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -242,6 +244,9 @@ impl Log {
         self.check_open()?;
         let base_offset = self.end_offset.get();
         let mut next_offset = base_offset;
+        // One time for the whole record set, as Kafka does.
+        let log_append_time_ms =
+            (config.timestamp_type == TimestampType::LogAppendTime).then(|| now_ms() as i64);
         for header in headers {
             self.roll_if_needed(&config, header.size_bytes(), header.last_offset_delta)
                 .await?;
@@ -250,6 +255,10 @@ impl Log {
             self.check_open()?;
 
             let mut batch = records.split_to(header.size_bytes());
+            let header = match log_append_time_ms {
+                Some(now_ms) => batch::stamp_log_append_time(&mut batch, &header, now_ms),
+                None => header,
+            };
             batch::assign_offsets(&mut batch, next_offset, leader_epoch);
             let header = BatchHeader {
                 base_offset: next_offset,
@@ -258,9 +267,9 @@ impl Log {
             };
             let bytes = batch.freeze();
             debug_assert_eq!(
-                batch::validate(&bytes, usize::MAX).map(|h| h.base_offset),
-                Ok(next_offset),
-                "a batch stays valid after offsets are assigned"
+                batch::validate(&bytes, usize::MAX),
+                Ok(header),
+                "a batch stays valid, and says what the log records of it, once stamped"
             );
             next_offset = header.next_offset();
             writer.append(&bytes, next_offset);
@@ -292,6 +301,7 @@ impl Log {
             last_offset: next_offset - 1,
             next_offset,
             log_start_offset: self.log_start_offset(),
+            log_append_time_ms,
         })
     }
 

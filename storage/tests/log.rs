@@ -9,7 +9,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 use common::*;
 use storage::batch::{self, BatchHeader};
-use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig};
+use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig, TimestampType};
 
 /// Appends `n` batches of `count` records and returns each batch as the log now holds it.
 async fn append_batches(log: &Log, n: usize, count: i32, value_bytes: usize) -> Vec<Bytes> {
@@ -422,6 +422,52 @@ fn offsets_are_found_by_timestamp() {
             Some((430, 43_009))
         );
         assert_eq!(log.offset_for_timestamp(99_010).await.unwrap(), None);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_log_append_time_log_stamps_batches_with_the_append_time() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let config = LogConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..small_log_config()
+        };
+        let log = open(&shard, dir.path(), config).await;
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        let before_ms = now_ms();
+        // The producer's own timestamps are from long ago; two batches in one record set.
+        let mut two = records(5, 100, 1_000);
+        two.extend_from_slice(&records(5, 100, 2_000));
+        let info = log.append(two, 0).await.unwrap();
+        let after_ms = now_ms();
+        let stamped_ms = info.log_append_time_ms.unwrap();
+        assert!((before_ms..=after_ms).contains(&stamped_ms));
+        log.wait_written(info.next_offset).await.unwrap();
+        log.close().await.unwrap();
+
+        // Read back from disk: the stamp is in the bytes, CRC-valid.
+        let shard = common::shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let batches = read_all(&log, 0).await;
+        assert_eq!(batches.len(), 2);
+        for b in &batches {
+            let h = batch::validate(b, usize::MAX).unwrap();
+            assert!(h.is_log_append_time());
+            assert_eq!(h.max_timestamp, stamped_ms);
+        }
+        // The time index follows the stamps: nothing is before the append time.
+        assert_eq!(
+            log.offset_for_timestamp(stamped_ms).await.unwrap(),
+            Some((0, stamped_ms))
+        );
         log.close().await.unwrap();
     });
 }

@@ -129,7 +129,7 @@ pub async fn handle(
                         .with_index(index)
                         .with_error_code(a.error.map_or(0, |e| e.code()))
                         .with_base_offset(a.base_offset)
-                        .with_log_append_time_ms(-1);
+                        .with_log_append_time_ms(a.log_append_time_ms);
                     if version >= 5 {
                         r = r.with_log_start_offset(a.log_start_offset);
                     }
