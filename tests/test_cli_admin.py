@@ -311,6 +311,21 @@ def test_acks_zero_and_unkeyed_records(broker: Broker, unique) -> None:
     assert sorted(out) == sorted(f"u{i}" for i in range(300))
 
 
+def test_consumed_records_of_a_log_append_time_topic_show_the_brokers_time(broker: Broker, unique) -> None:
+    topic = unique("topic")
+    ok(broker, "topic", "create", topic, "--partitions", "1", "--config", "message.timestamp.type=LogAppendTime")
+    start_ms = int(time.time() * 1000)
+    # Producer timestamps from 2001: the broker's append time replaces them.
+    clients.produce_acked(
+        clients.producer(broker.bootstrap), topic, [(None, b"v%d" % i) for i in range(5)], timestamp_ms=1_000_000_000_000
+    )
+    end_ms = int(time.time() * 1000)
+    out = consume(broker, topic, "--from-beginning", "-n", "5", "--format", r"%T %v\n")
+    assert [line.split()[1] for line in out] == [f"v{i}" for i in range(5)]
+    for line in out:
+        assert start_ms - 1000 <= int(line.split()[0]) <= end_ms + 1000, line
+
+
 def test_overlong_lines_fail_alone_and_the_summary_counts_them(broker: Broker, unique) -> None:
     topic = unique("topic")
     create_topic(broker, topic, 1)

@@ -107,8 +107,10 @@ pub struct ConsumedRecord {
 /// partition leader epoch on.
 const BATCH_LENGTH_END: usize = 12;
 const ATTRIBUTES_AT: usize = 21;
+const MAX_TIMESTAMP_AT: usize = 35;
 const RECORD_COUNT_AT: usize = 57;
 const BATCH_HEADER_BYTES: usize = 61;
+const LOG_APPEND_TIME_BIT: i16 = 1 << 3;
 const CONTROL_BIT: i16 = 1 << 5;
 
 /// A record count a compressed batch may claim. `kafka-protocol` reserves room for the count
@@ -138,11 +140,17 @@ pub fn decode_batches(records: &Bytes) -> Result<Vec<ConsumedRecord>, ClientErro
         if attributes & CONTROL_BIT != 0 {
             continue;
         }
+        // In a LogAppendTime batch every record has the time the broker stamped in the header;
+        // the records keep the producer's (kafka-protocol does not apply the rule).
+        let log_append_time_ms = (attributes & LOG_APPEND_TIME_BIT != 0).then(|| {
+            let at = &batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8];
+            i64::from_be_bytes([at[0], at[1], at[2], at[3], at[4], at[5], at[6], at[7]])
+        });
         let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| bad_batch(e.to_string()))?;
         consumed.extend(set.records.into_iter().map(|r| {
             ConsumedRecord {
                 offset: r.offset,
-                timestamp_ms: r.timestamp,
+                timestamp_ms: log_append_time_ms.unwrap_or(r.timestamp),
                 key: r.key,
                 value: r.value,
                 headers: r
