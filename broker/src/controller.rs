@@ -137,6 +137,16 @@ impl Shard {
         }
     }
 
+    /// Takes the next block of producer ids; it is saved before this returns, so no later run
+    /// takes it again.
+    pub async fn take_producer_id_block(self: &Rc<Self>) -> Result<u64, TopicError> {
+        self.change_metadata(|metadata, _| {
+            metadata.producer_id_block += 1;
+            metadata.producer_id_block
+        })
+        .await
+    }
+
     pub async fn create_topics(
         self: &Rc<Self>,
         topics: Vec<NewTopic>,

@@ -40,7 +40,7 @@ impl Handler for Connection {
                 api::configs::alter(shard, r, version).await.into()
             }
             Request::DescribeCluster(r) => api::cluster::describe_cluster(shard, r).into(),
-            Request::InitProducerId(r) => api::cluster::init_producer_id(shard, r).into(),
+            Request::InitProducerId(r) => api::cluster::init_producer_id(shard, r).await.into(),
             group @ (Request::FindCoordinator(_)
             | Request::JoinGroup(_)
             | Request::SyncGroup(_)

@@ -42,7 +42,8 @@ pub struct Metadata {
     pub version: u64,
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<Topic>>,
-    /// The block of producer ids of the broker's latest start (see [`Self::start_run`]).
+    /// The last block of producer ids handed to a shard; every block is taken once, through the
+    /// controller, and saved before any of its ids is used.
     pub producer_id_block: u64,
 }
 
@@ -66,14 +67,6 @@ impl Metadata {
             topics: BTreeMap::new(),
             producer_id_block: 0,
         }
-    }
-
-    /// Takes the next block of producer ids for a broker start. The caller saves the result
-    /// before serving, so that no later start hands out the same ids: idempotent producers'
-    /// state outlives a restart, and a new producer given an old id would be taken for it.
-    pub fn start_run(&mut self) {
-        self.producer_id_block += 1;
-        self.version += 1;
     }
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<Topic>> {

@@ -128,9 +128,10 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     let shards = config.shard_cpus.len();
     let mut metadata = Metadata::load(&data_dir)?.unwrap_or_else(Metadata::new);
-    placement::fit_to(&mut metadata, shards);
-    metadata.start_run();
-    metadata.save(&data_dir)?;
+    if placement::fit_to(&mut metadata, shards) || metadata.version == 0 {
+        metadata.version += 1;
+        metadata.save(&data_dir)?;
+    }
     tracing::info!(
         listen = %config.listen,
         data_dir = %data_dir.display(),

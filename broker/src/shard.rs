@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use glommio::sync::Semaphore;
 use net::ShutdownSignal;
+use net::kafka_protocol::ResponseError;
 use storage::ShardStorage;
 
 use crate::config::BrokerConfig;
+use crate::controller::TopicError;
 use crate::mesh::Mesh;
 use crate::metadata::{Metadata, Topic};
 use crate::partition::Partition;
@@ -58,7 +60,6 @@ impl Shard {
         metadata: Arc<Metadata>,
     ) -> Shard {
         let count = config.shard_cpus.len();
-        let metadata_block = metadata.producer_id_block;
         Shard {
             id,
             count,
@@ -70,7 +71,7 @@ impl Shard {
             apply_lock: Semaphore::new(1),
             mesh: OnceCell::new(),
             controller_lock: Semaphore::new(1),
-            producer_ids: ProducerIds::new(metadata_block, id),
+            producer_ids: ProducerIds::default(),
             shutdown: ShutdownSignal::new(),
         }
     }
@@ -112,9 +113,20 @@ impl Shard {
             .collect()
     }
 
-    /// A new producer id; `None` once this run's share is used up.
-    pub fn allocate_producer_id(&self) -> Option<i64> {
-        self.producer_ids.next()
+    /// A new producer id, never handed out before (by any shard, in any run).
+    pub async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, TopicError> {
+        loop {
+            if let Some(id) = self.producer_ids.next() {
+                return Ok(id);
+            }
+            let block = self.take_producer_id_block().await?;
+            if !self.producer_ids.refill(block) {
+                return Err(TopicError::new(
+                    ResponseError::UnknownServerError,
+                    "producer ids used up",
+                ));
+            }
+        }
     }
 
     /// Brings this shard in line with `metadata`: opens the logs of partitions it now owns,
@@ -221,29 +233,18 @@ impl Shard {
     }
 }
 
-/// The producer ids one shard hands out in one run. Ids must differ across shards and from the
-/// ids of earlier runs (a producer's state outlives a restart): the run's block (persisted in the
-/// metadata, one per start) in the high 32 bits, then the shard (8 bits), then a counter (24
-/// bits: 16M producers per shard per run).
-#[derive(Debug)]
+/// The producer ids a shard hands out: a block at a time, each block taken once from the
+/// metadata (saved before its first id is used). Ids must never repeat, not even across restarts:
+/// a producer's state outlives a restart, and a new producer given an old id would be taken for it.
+#[derive(Debug, Default)]
 struct ProducerIds {
     next: Cell<i64>,
-    /// Ids left after `next`'s; the last block's last id is i64::MAX, so no end id is kept.
+    /// Ids left in the block from `next` on; 0 before the first block.
     left: Cell<u32>,
 }
 
 impl ProducerIds {
-    const COUNTER_BITS: u32 = 24;
-
-    fn new(block: u64, shard: usize) -> ProducerIds {
-        // Ids are non-negative i64s: 31 bits of block, at one block per start.
-        let block = (block & 0x7fff_ffff) as i64;
-        let first = (block << 32) | (((shard & 0xff) as i64) << Self::COUNTER_BITS);
-        ProducerIds {
-            next: Cell::new(first),
-            left: Cell::new(1 << Self::COUNTER_BITS),
-        }
-    }
+    const BLOCK_BITS: u32 = 20;
 
     fn next(&self) -> Option<i64> {
         let left = self.left.get().checked_sub(1)?;
@@ -254,6 +255,23 @@ impl ProducerIds {
         }
         Some(id)
     }
+
+    /// Starts block `block` unless ids are left (another request refilled first); false when
+    /// the block lies beyond the ids a producer may have.
+    fn refill(&self, block: u64) -> bool {
+        if self.left.get() > 0 {
+            return true;
+        }
+        let Some(first) = i64::try_from(block)
+            .ok()
+            .and_then(|b| b.checked_mul(1 << Self::BLOCK_BITS))
+        else {
+            return false;
+        };
+        self.next.set(first);
+        self.left.set(1 << Self::BLOCK_BITS);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -261,22 +279,21 @@ mod tests {
     use super::ProducerIds;
 
     #[test]
-    fn producer_ids_differ_across_shards_and_runs_and_run_out_cleanly() {
-        let mut seen = std::collections::HashSet::new();
-        for block in [1, 2] {
-            for shard in [0, 1, 255] {
-                let ids = ProducerIds::new(block, shard);
-                for _ in 0..3 {
-                    let id = ids.next().unwrap();
-                    assert!(id >= 0);
-                    assert!(seen.insert(id), "id {id} handed out twice");
-                }
-            }
-        }
-        let ids = ProducerIds::new(u64::from(u32::MAX), 255);
-        let count = std::iter::from_fn(|| ids.next()).count();
-        assert_eq!(count, 1 << ProducerIds::COUNTER_BITS);
-        assert_eq!(ids.next.get(), i64::MAX);
-        assert_eq!(ids.next(), None);
+    fn producer_ids_come_from_their_block_and_run_out_cleanly() {
+        let ids = ProducerIds::default();
+        assert_eq!(ids.next(), None, "no block yet");
+        assert!(ids.refill(3));
+        assert_eq!(ids.next(), Some(3 << ProducerIds::BLOCK_BITS));
+        assert!(ids.refill(4), "ids left: the block stays");
+        assert_eq!(ids.next(), Some((3 << ProducerIds::BLOCK_BITS) + 1));
+
+        // The last block a producer id can come from ends at i64::MAX.
+        let last = ProducerIds::default();
+        assert!(last.refill((i64::MAX >> ProducerIds::BLOCK_BITS) as u64));
+        let count = std::iter::from_fn(|| last.next()).count();
+        assert_eq!(count, 1 << ProducerIds::BLOCK_BITS);
+        assert_eq!(last.next.get(), i64::MAX);
+        assert_eq!(last.next(), None);
+        assert!(!ProducerIds::default().refill(1 << 43));
     }
 }

@@ -1,5 +1,7 @@
 //! DescribeCluster and InitProducerId: answers about this broker itself.
 
+use std::rc::Rc;
+
 use net::kafka_protocol::ResponseError;
 use net::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use net::kafka_protocol::messages::{
@@ -29,7 +31,10 @@ pub fn describe_cluster(
 
 /// Ids for idempotent producers. A producer that asks again with its id and epoch (KIP-360, to
 /// recover from a failed batch) gets its next epoch. Transactions are not supported.
-pub fn init_producer_id(shard: &Shard, request: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn init_producer_id(
+    shard: &Rc<Shard>,
+    request: InitProducerIdRequest,
+) -> InitProducerIdResponse {
     if request.transactional_id.is_some() {
         return InitProducerIdResponse::default()
             .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
@@ -41,15 +46,17 @@ pub fn init_producer_id(shard: &Shard, request: InitProducerIdRequest) -> InitPr
         && request.producer_epoch < i16::MAX - 1
     {
         (request.producer_id.0, request.producer_epoch + 1)
-    } else if let Some(id) = shard.allocate_producer_id() {
-        (id, 0)
     } else {
-        // Millions of producers since the start: the next block comes with the next start.
-        tracing::warn!(shard = shard.id, "producer ids of this run used up");
-        return InitProducerIdResponse::default()
-            .with_error_code(ResponseError::UnknownServerError.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
+        match shard.allocate_producer_id().await {
+            Ok(id) => (id, 0),
+            Err(e) => {
+                tracing::warn!(shard = shard.id, error = %e.message, "no producer id to give");
+                return InitProducerIdResponse::default()
+                    .with_error_code(e.code.code())
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+            }
+        }
     };
     InitProducerIdResponse::default()
         .with_producer_id(ProducerId(id))
