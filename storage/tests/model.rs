@@ -269,8 +269,16 @@ fn run_until_crash(
     *result.lock().unwrap()
 }
 
+/// 64 cases keep `scripts/test` quick; `PROPTEST_CASES=1000` hunts longer.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn log_agrees_with_a_model(ops in proptest::collection::vec(op(), 1..60)) {
