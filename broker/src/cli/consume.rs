@@ -15,7 +15,10 @@ use clap::{Args, ValueEnum};
 use net::client::assignor::Assignor;
 use net::client::batch::{ConsumedRecord, decode_batches};
 use net::client::batch_span::next_offset_after;
-use net::client::{Client, EARLIEST_TIMESTAMP, GroupMember, LATEST_TIMESTAMP, MemberConfig};
+use net::client::{
+    Client, ClientError, EARLIEST_TIMESTAMP, FetchedPartition, GroupMember, LATEST_TIMESTAMP,
+    MemberConfig,
+};
 use serde::Serialize;
 
 use super::cluster::{ClusterArgs, pick_partitions, topic_info};
@@ -91,8 +94,12 @@ impl AssignorArg {
 
 /// The most one partition's fetch returns.
 const PARTITION_BYTES_MAX: i32 = 1024 * 1024;
-/// The pause after a round of fetches that brought nothing: it doubles from the least to the
-/// most while nothing comes, so an idle consumer costs the broker little.
+/// How long the broker may hold a fetch for new records, when one request covers every
+/// partition read: new records then show at once.
+const LONG_POLL_MS: i32 = 500;
+/// The pause after a round of fetches that brought nothing and did not wait at the broker: it
+/// doubles from the least to the most while nothing comes, so an idle consumer costs the broker
+/// little.
 const IDLE_MIN_MS: u64 = 25;
 const IDLE_MAX_MS: u64 = 500;
 /// How long fetches may keep failing transiently (a broker restarting, a leader moving)
@@ -121,6 +128,7 @@ pub async fn run(args: ConsumeArgs) -> Result<(), CliError> {
         out: Vec::new(),
         closed: false,
         idle_ms: 0,
+        long_polled: false,
         failing_since: None,
     };
     let Some(group) = &args.group else {
@@ -287,6 +295,8 @@ struct Reader<'a> {
     closed: bool,
     /// The last pause for want of records.
     idle_ms: u64,
+    /// Whether the last round waited at the broker for records (a long poll answered).
+    long_polled: bool,
     /// Since when fetches have failed transiently, without a success between.
     failing_since: Option<Instant>,
 }
@@ -299,7 +309,7 @@ impl Reader<'_> {
     /// After a round: on at once if it made progress, else a pause that grows while nothing
     /// comes.
     async fn pause_unless(&mut self, progressed: bool, stop: &StopFlag) {
-        if progressed {
+        if progressed || self.long_polled {
             self.idle_ms = 0;
             return;
         }
@@ -307,75 +317,121 @@ impl Reader<'_> {
         stop.sleep(self.idle_ms).await;
     }
 
-    /// Fetches each partition once, prints its new records and moves its position on.
-    /// Returns whether any position moved.
+    /// Fetches each partition once (one request per leader, for all its partitions), prints
+    /// their new records and moves their positions on. Returns whether any position moved.
     async fn fetch_round(
         &mut self,
         client: &mut Client,
         positions: &mut [Position],
     ) -> Result<bool, CliError> {
         let topic = self.topic;
+        let mut by_leader: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (i, position) in positions.iter().enumerate() {
+            let leader = client.leader_id(topic, position.partition).await;
+            by_leader
+                .entry(leader.about_topic(topic)?)
+                .or_default()
+                .push(i);
+        }
+        // With several leaders, one request's wait would hold up the others' records.
+        let max_wait_ms = if by_leader.len() == 1 {
+            LONG_POLL_MS
+        } else {
+            0
+        };
+        self.long_polled = false;
+        let mut answered = true;
         let mut progressed = false;
-        for position in positions.iter_mut() {
+        for (leader, indexes) in by_leader {
             if self.done() {
                 break;
             }
+            let asked: Vec<(i32, i64)> = indexes
+                .iter()
+                .map(|&i| (positions[i].partition, positions[i].next))
+                .collect();
             let fetched = client
-                .fetch(
-                    topic,
-                    position.partition,
-                    position.next,
-                    PARTITION_BYTES_MAX,
-                    0,
-                )
+                .fetch_from_leader(topic, leader, &asked, PARTITION_BYTES_MAX, max_wait_ms)
                 .await;
-            let fetched = match fetched {
-                Ok(fetched) => fetched,
-                Err(error) if error.kafka_code() == Some(OFFSET_OUT_OF_RANGE) => {
-                    let start = client.list_offset(topic, position.partition, EARLIEST_TIMESTAMP);
-                    let start = start.await.about_topic(topic)?;
-                    eprintln!(
-                        "warning: offset {} is outside partition {}: continuing from its start, {start}",
-                        position.next, position.partition
-                    );
-                    position.next = start;
+            let answers = match fetched {
+                Ok(answers) => answers,
+                Err(error) => {
+                    self.tolerate(client, error).about_topic(topic)?;
+                    answered = false;
                     continue;
                 }
-                Err(error)
-                    if transient(&error)
-                        && self
-                            .failing_since
-                            .get_or_insert_with(Instant::now)
-                            .elapsed()
-                            < FAILING_FOR_MAX =>
-                {
-                    client.reset();
-                    continue;
-                }
-                Err(error) => return Err(error).about_topic(topic),
             };
-            self.failing_since = None;
-            let records = decode_batches(&fetched.records)?;
-            // A fetch starts at the batch holding the offset asked for.
-            let from = position.next;
-            for record in records.iter().filter(|r| r.offset >= from) {
-                if self.done() {
-                    break;
+            for (&i, (_, answer)) in indexes.iter().zip(answers) {
+                match self.take(client, &mut positions[i], answer).await? {
+                    Some(moved) => progressed |= moved,
+                    None => answered = false,
                 }
-                self.printer
-                    .render(topic, position.partition, record, &mut self.out)?;
-                position.next = record.offset + 1;
-                self.remaining = self.remaining.map(|n| n - 1);
-                progressed = true;
             }
-            // Past control batches too, which carry no records to print.
-            if let Some(next) = next_offset_after(&fetched.records)?.filter(|_| !self.done()) {
-                progressed |= next > position.next;
-                position.next = position.next.max(next);
-            }
-            self.flush()?;
         }
+        self.long_polled = answered && max_wait_ms > 0;
         Ok(progressed)
+    }
+
+    /// Prints a partition's fetched records and moves its position on: whether it moved, or
+    /// `None` when the fetch failed in a way the next round may get past.
+    async fn take(
+        &mut self,
+        client: &mut Client,
+        position: &mut Position,
+        answer: Result<FetchedPartition, ClientError>,
+    ) -> Result<Option<bool>, CliError> {
+        let topic = self.topic;
+        let fetched = match answer {
+            Ok(fetched) => fetched,
+            Err(error) if error.kafka_code() == Some(OFFSET_OUT_OF_RANGE) => {
+                let start = client.list_offset(topic, position.partition, EARLIEST_TIMESTAMP);
+                let start = start.await.about_topic(topic)?;
+                eprintln!(
+                    "warning: offset {} is outside partition {}: continuing from its start, {start}",
+                    position.next, position.partition
+                );
+                position.next = start;
+                return Ok(None);
+            }
+            Err(error) => {
+                self.tolerate(client, error).about_topic(topic)?;
+                return Ok(None);
+            }
+        };
+        self.failing_since = None;
+        let records = decode_batches(&fetched.records)?;
+        // A fetch starts at the batch holding the offset asked for.
+        let from = position.next;
+        let mut progressed = false;
+        for record in records.iter().filter(|r| r.offset >= from) {
+            if self.done() {
+                break;
+            }
+            self.printer
+                .render(topic, position.partition, record, &mut self.out)?;
+            position.next = record.offset + 1;
+            self.remaining = self.remaining.map(|n| n - 1);
+            progressed = true;
+        }
+        // Past control batches too, which carry no records to print.
+        if let Some(next) = next_offset_after(&fetched.records)?.filter(|_| !self.done()) {
+            progressed |= next > position.next;
+            position.next = position.next.max(next);
+        }
+        self.flush()?;
+        Ok(Some(progressed))
+    }
+
+    /// Lets a transient failure pass (a broker restarting, a leader moving: connections and
+    /// metadata are renewed) unless failures have lasted too long; any other is the error.
+    fn tolerate(&mut self, client: &mut Client, error: ClientError) -> Result<(), ClientError> {
+        let failing_since = *self.failing_since.get_or_insert_with(Instant::now);
+        if transient(&error) && failing_since.elapsed() < FAILING_FOR_MAX {
+            client.reset();
+            Ok(())
+        } else {
+            Err(error)
+        }
     }
 
     /// Writes out what was printed; a closed stdout ends the reading.

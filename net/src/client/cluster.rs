@@ -638,8 +638,36 @@ impl Client {
         max_bytes: i32,
         max_wait_ms: i32,
     ) -> Result<FetchedPartition, ClientError> {
+        let leader = self.leader_id(topic, partition).await?;
+        let positions = [(partition, offset)];
+        let mut answers = self
+            .fetch_from_leader(topic, leader, &positions, max_bytes, max_wait_ms)
+            .await?;
+        answers.pop().map_or_else(
+            || {
+                Err(ClientError::Protocol {
+                    addr: String::new(),
+                    reason: format!("Fetch response without {topic}-{partition}"),
+                })
+            },
+            |(_, answer)| answer,
+        )
+    }
+
+    /// Fetches from several partitions of `topic` led by broker `leader` in one request,
+    /// `(partition, offset)` each, `partition_max_bytes` at most from each; the broker waits up
+    /// to `max_wait_ms` until one of them has data. The answer for each partition comes with it,
+    /// in the order asked; the outer error is for the request as a whole.
+    pub async fn fetch_from_leader(
+        &mut self,
+        topic: &str,
+        leader: i32,
+        positions: &[(i32, i64)],
+        partition_max_bytes: i32,
+        max_wait_ms: i32,
+    ) -> Result<Vec<(i32, Result<FetchedPartition, ClientError>)>, ClientError> {
         let topic_id = self.topic(topic).await?.topic_id;
-        let connection = self.leader(topic, partition).await?;
+        let connection = self.broker(leader).await?;
         // Versions 13 and up name topics by id; a broker that gave no id gets version 12.
         let version_max = if topic_id.is_nil() {
             FETCH_BY_NAME_MAX
@@ -651,11 +679,24 @@ impl Client {
             .unwrap_or_default()
             .min(version_max)
             >= 13;
+        let partitions = positions
+            .iter()
+            .map(|&(partition, offset)| {
+                FetchPartition::default()
+                    .with_partition(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_fetch_offset(offset)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(partition_max_bytes)
+            })
+            .collect();
+        let count = i32::try_from(positions.len()).unwrap_or(i32::MAX);
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait_ms)
             .with_min_bytes(1)
-            .with_max_bytes(max_bytes)
+            .with_max_bytes(partition_max_bytes.saturating_mul(count))
             .with_session_epoch(-1)
             .with_topics(vec![
                 FetchTopic::default()
@@ -665,46 +706,39 @@ impl Client {
                         topic_name(topic)
                     })
                     .with_topic_id(if by_id { topic_id } else { Uuid::nil() })
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(partition)
-                            .with_current_leader_epoch(-1)
-                            .with_fetch_offset(offset)
-                            .with_last_fetched_epoch(-1)
-                            .with_log_start_offset(-1)
-                            .with_partition_max_bytes(max_bytes),
-                    ]),
+                    .with_partitions(partitions),
             ]);
         let response = connection.send_at_most(&request, version_max).await?;
         check(
             ApiKey::Fetch,
-            || format!("{topic}-{partition}"),
+            || topic.to_owned(),
             response.error_code,
             None,
         )?;
-        let answers = response.responses.iter().flat_map(|t| &t.partitions);
-        let data = partition_answer(
-            ApiKey::Fetch,
-            (topic, partition),
-            answers.map(|p| (p, p.partition_index, p.error_code, None)),
-        )?;
-        Ok(FetchedPartition {
-            high_watermark: data.high_watermark,
-            last_stable_offset: data.last_stable_offset,
-            log_start_offset: data.log_start_offset,
-            records: data.records.clone().unwrap_or_default(),
-        })
+        Ok(positions
+            .iter()
+            .map(|&(partition, _)| {
+                let answers = response.responses.iter().flat_map(|t| &t.partitions);
+                let answer = partition_answer(
+                    ApiKey::Fetch,
+                    (topic, partition),
+                    answers.map(|p| (p, p.partition_index, p.error_code, None)),
+                )
+                .map(|data| FetchedPartition {
+                    high_watermark: data.high_watermark,
+                    last_stable_offset: data.last_stable_offset,
+                    log_start_offset: data.log_start_offset,
+                    records: data.records.clone().unwrap_or_default(),
+                });
+                (partition, answer)
+            })
+            .collect())
     }
 
-    /// The connection to a partition's leader, from cached metadata (refreshed if the topic is
-    /// not known yet).
-    pub async fn leader(
-        &mut self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<&mut Connection, ClientError> {
-        let leader_id = self
-            .topic(topic)
+    /// The broker leading a partition, from cached metadata (refreshed if the topic is not
+    /// known yet).
+    pub async fn leader_id(&mut self, topic: &str, partition: i32) -> Result<i32, ClientError> {
+        self.topic(topic)
             .await?
             .partitions
             .iter()
@@ -715,7 +749,17 @@ impl Client {
                 resource: format!("{topic}-{partition}"),
                 code: UNKNOWN_TOPIC_OR_PARTITION,
                 message: None,
-            })?;
+            })
+    }
+
+    /// The connection to a partition's leader, from cached metadata (refreshed if the topic is
+    /// not known yet).
+    pub async fn leader(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<&mut Connection, ClientError> {
+        let leader_id = self.leader_id(topic, partition).await?;
         self.broker(leader_id).await
     }
 
