@@ -96,3 +96,18 @@ def test_a_deleted_topic_comes_back_empty(broker: Broker, unique) -> None:
     assert clients.watermarks(broker.bootstrap, topic, [0]) == {0: (0, 0)}
     [fresh] = clients.produce_acked(clients.producer(broker.bootstrap), topic, [(None, b"new")], partition=0)
     assert (fresh.partition, fresh.offset) == (0, 0)
+
+
+@pytest.mark.spindle_only("checks spindle's own defaults and flags")
+def test_broker_configs_are_described_with_kafkas_names(broker_factory) -> None:
+    own = broker_factory(default_partitions=3, extra_args=("--default-retention-ms", "3600000"))
+    admin = clients.admin(own.bootstrap)
+    [broker_id] = admin.list_topics(timeout=clients.REQUEST_TIMEOUT_S).brokers
+    [future] = admin.describe_configs([ConfigResource("broker", str(broker_id))]).values()
+    configs = future.result(timeout=clients.REQUEST_TIMEOUT_S)
+    assert configs["num.partitions"].value == "3"
+    assert configs["log.retention.ms"].value == "3600000"
+    assert configs["log.segment.bytes"].value == str(1 << 30)
+    assert configs["message.max.bytes"].value == "1048588"
+    assert configs["auto.create.topics.enable"].value == "true"
+    assert configs["broker.id"].value == str(broker_id)

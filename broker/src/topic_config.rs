@@ -13,6 +13,7 @@ use crate::config::TopicDefaults;
 /// Kafka's `ConfigType` numbers, for DescribeConfigs v3+.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
+    Boolean = 1,
     Int = 3,
     Long = 5,
     List = 7,
@@ -22,6 +23,9 @@ pub enum ConfigType {
 /// A setting a topic may carry.
 struct Key {
     name: &'static str,
+    /// The broker setting that gives the default (Kafka's synonym: `retention.ms` is
+    /// `log.retention.ms` on a broker).
+    broker_name: &'static str,
     kind: ConfigType,
     /// Checks a value; the message says what is wrong.
     check: fn(&str) -> Result<(), String>,
@@ -67,6 +71,7 @@ fn unless_never(v: &str) -> Option<u64> {
 const KEYS: &[Key] = &[
     Key {
         name: "cleanup.policy",
+        broker_name: "log.cleanup.policy",
         kind: ConfigType::List,
         check: |v| match v {
             "delete" => Ok(()),
@@ -80,6 +85,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "compression.type",
+        broker_name: "compression.type",
         kind: ConfigType::String,
         check: |v| match v {
             "producer" => Ok(()),
@@ -90,6 +96,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "flush.messages",
+        broker_name: "log.flush.interval.messages",
         kind: ConfigType::Long,
         check: |v| long_at_least(1)(v),
         default: |d| never_if_none(d.log.flush_messages),
@@ -97,6 +104,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "flush.ms",
+        broker_name: "log.flush.interval.ms",
         kind: ConfigType::Long,
         check: |v| long_at_least(0)(v),
         default: |d| never_if_none(d.log.flush_ms),
@@ -104,6 +112,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "index.interval.bytes",
+        broker_name: "log.index.interval.bytes",
         kind: ConfigType::Int,
         check: |v| long_at_least(0)(v).and_then(|_| fits_int(v)),
         default: |d| d.log.index_interval_bytes.to_string(),
@@ -111,6 +120,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "max.message.bytes",
+        broker_name: "message.max.bytes",
         kind: ConfigType::Int,
         check: |v| long_at_least(0)(v).and_then(|_| fits_int(v)),
         default: |d| d.log.max_message_bytes.to_string(),
@@ -118,6 +128,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "message.timestamp.type",
+        broker_name: "log.message.timestamp.type",
         kind: ConfigType::String,
         check: |v| match v {
             "CreateTime" | "LogAppendTime" => Ok(()),
@@ -133,6 +144,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "min.insync.replicas",
+        broker_name: "min.insync.replicas",
         kind: ConfigType::Int,
         check: |v| long_at_least(1)(v).and_then(|_| fits_int(v)),
         default: |_| "1".into(),
@@ -140,6 +152,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "retention.bytes",
+        broker_name: "log.retention.bytes",
         kind: ConfigType::Long,
         check: |v| long_at_least(-1)(v),
         default: |d| optional_ms(d.log.retention_bytes),
@@ -147,6 +160,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "retention.ms",
+        broker_name: "log.retention.ms",
         kind: ConfigType::Long,
         check: |v| long_at_least(-1)(v),
         default: |d| optional_ms(d.log.retention_ms),
@@ -154,6 +168,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "segment.bytes",
+        broker_name: "log.segment.bytes",
         kind: ConfigType::Int,
         check: |v| long_at_least(14)(v).and_then(|_| fits_int(v)),
         default: |d| d.log.segment_bytes_max.to_string(),
@@ -161,6 +176,7 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "segment.ms",
+        broker_name: "log.roll.ms",
         kind: ConfigType::Long,
         check: |v| long_at_least(1)(v),
         default: |d| d.log.segment_ms.to_string(),
@@ -231,6 +247,18 @@ pub fn describe(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults) 
                 is_topic_setting: false,
                 kind: k.kind,
             },
+        })
+        .collect()
+}
+
+/// The broker's defaults for topic settings, under their broker names.
+pub fn describe_broker_defaults(defaults: &TopicDefaults) -> Vec<Described> {
+    KEYS.iter()
+        .map(|k| Described {
+            name: k.broker_name,
+            value: (k.default)(defaults),
+            is_topic_setting: false,
+            kind: k.kind,
         })
         .collect()
 }

@@ -1,5 +1,5 @@
-//! DescribeConfigs and IncrementalAlterConfigs, for topics. Broker settings are reported empty
-//! and cannot be changed at run time.
+//! DescribeConfigs and IncrementalAlterConfigs. Topics' settings can be changed; the broker's
+//! are described (with Kafka's names) but are set at start only.
 
 use std::rc::Rc;
 
@@ -17,11 +17,14 @@ use net::kafka_protocol::protocol::StrBytes;
 use crate::api::topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
 use crate::controller::ConfigOp;
 use crate::shard::Shard;
-use crate::topic_config;
+use crate::topic_config::{self, ConfigType, Described};
 
 /// Kafka's resource types.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+
+/// Kafka's config source for a setting given to the broker at start.
+const SOURCE_STATIC_BROKER: i8 = 4;
 
 /// Kafka's IncrementalAlterConfigs operations.
 const SET: i8 = 0;
@@ -39,42 +42,30 @@ pub fn describe(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
+            let wanted = |d: &Described| {
+                r.configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == d.name))
+            };
             match r.resource_type {
                 TOPIC => match shard.topic(&r.resource_name).filter(|t| !t.internal) {
                     Some(topic) => {
-                        let wanted = r.configuration_keys.as_ref();
-                        let configs =
-                            topic_config::describe(&topic.configs, &shard.config.topic_defaults)
+                        let described =
+                            topic_config::describe(&topic.configs, &shard.config.topic_defaults);
+                        result.with_configs(
+                            described
                                 .into_iter()
-                                .filter(|d| {
-                                    wanted.is_none_or(|keys| {
-                                        keys.iter().any(|k| k.as_str() == d.name)
-                                    })
-                                })
+                                .filter(wanted)
                                 .map(|d| {
-                                    let mut c = DescribeConfigsResourceResult::default()
-                                        .with_name(StrBytes::from_static_str(d.name))
-                                        .with_value(Some(StrBytes::from_string(d.value)));
-                                    c = if version == 0 {
-                                        c.with_config_source(if d.is_topic_setting {
-                                            SOURCE_TOPIC
-                                        } else {
-                                            -1
-                                        })
+                                    let source = if d.is_topic_setting {
+                                        SOURCE_TOPIC
                                     } else {
-                                        c.with_config_source(if d.is_topic_setting {
-                                            SOURCE_TOPIC
-                                        } else {
-                                            SOURCE_DEFAULT
-                                        })
+                                        SOURCE_DEFAULT
                                     };
-                                    if version >= 3 {
-                                        c = c.with_config_type(d.kind as i8);
-                                    }
-                                    c
+                                    row(d, source, version)
                                 })
-                                .collect();
-                        result.with_configs(configs)
+                                .collect(),
+                        )
                     }
                     None => result
                         .with_error_code(ResponseError::UnknownTopicOrPartition.code())
@@ -83,7 +74,23 @@ pub fn describe(
                             r.resource_name.as_str()
                         )))),
                 },
-                BROKER => result,
+                // The cluster-wide dynamic defaults: there are none.
+                BROKER if r.resource_name.is_empty() => result,
+                BROKER if r.resource_name.as_str() == shard.config.node_id.to_string() => result
+                    .with_configs(
+                        broker_configs(shard)
+                            .into_iter()
+                            .filter(wanted)
+                            .map(|d| row(d, SOURCE_STATIC_BROKER, version))
+                            .collect(),
+                    ),
+                BROKER => result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "this is broker {}, not {}",
+                        shard.config.node_id,
+                        r.resource_name.as_str()
+                    )))),
                 _ => result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(StrBytes::from_static_str(
@@ -93,6 +100,60 @@ pub fn describe(
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// The broker's settings as Kafka names them: the defaults of topic settings, then its own.
+fn broker_configs(shard: &Shard) -> Vec<Described> {
+    let config = &shard.config;
+    let own = |name: &'static str, value: String, kind: ConfigType| Described {
+        name,
+        value,
+        is_topic_setting: false,
+        kind,
+    };
+    let mut configs = topic_config::describe_broker_defaults(&config.topic_defaults);
+    configs.extend([
+        own("broker.id", config.node_id.to_string(), ConfigType::Int),
+        own("node.id", config.node_id.to_string(), ConfigType::Int),
+        own(
+            "num.partitions",
+            config.topic_defaults.partitions.to_string(),
+            ConfigType::Int,
+        ),
+        own(
+            "auto.create.topics.enable",
+            config.auto_create_topics.to_string(),
+            ConfigType::Boolean,
+        ),
+        own(
+            "socket.request.max.bytes",
+            config.request_max_bytes.to_string(),
+            ConfigType::Int,
+        ),
+        own(
+            "offsets.topic.num.partitions",
+            config.offsets_partitions.to_string(),
+            ConfigType::Int,
+        ),
+        own(
+            "group.initial.rebalance.delay.ms",
+            config.group_initial_rebalance_delay.as_millis().to_string(),
+            ConfigType::Int,
+        ),
+    ]);
+    configs
+}
+
+/// One DescribeConfigs row as `version` has it.
+fn row(d: Described, source: i8, version: i16) -> DescribeConfigsResourceResult {
+    let mut c = DescribeConfigsResourceResult::default()
+        .with_name(StrBytes::from_static_str(d.name))
+        .with_value(Some(StrBytes::from_string(d.value)))
+        .with_config_source(source);
+    if version >= 3 {
+        c = c.with_config_type(d.kind as i8);
+    }
+    c
 }
 
 pub async fn alter(
