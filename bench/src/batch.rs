@@ -10,15 +10,10 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use net::kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 
-pub const BATCH_HEADER_BYTES: usize = 61;
-/// baseOffset and batchLength: the batch length counts from here.
-const LENGTH_END: usize = 12;
-const MAGIC_AT: usize = 16;
-const CRC_AT: usize = 17;
-const ATTRIBUTES_AT: usize = 21;
-const CODEC_MASK: i16 = 0x7;
-const CONTROL_BIT: i16 = 1 << 5;
-const MAGIC_V2: i8 = 2;
+pub use net::client::batch::v2::BATCH_HEADER_BYTES;
+use net::client::batch::v2::{
+    ATTRIBUTES_AT, BATCH_LENGTH_END, CODEC_MASK, CONTROL_BIT, CRC_AT, MAGIC, MAGIC_AT,
+};
 
 /// A batch's compression codec, as attribute bits 0-2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,13 +167,13 @@ impl BatchBuilder {
                 out
             }
         };
-        let batch_length = i32::try_from(batch.len() - LENGTH_END)
+        let batch_length = i32::try_from(batch.len() - BATCH_LENGTH_END)
             .map_err(|_| BatchError::TooLarge { bytes: batch.len() })?;
         let mut header = &mut batch[..BATCH_HEADER_BYTES];
         header.put_i64(0);
         header.put_i32(batch_length);
         header.put_i32(-1); // partition leader epoch: the broker sets it
-        header.put_i8(MAGIC_V2);
+        header.put_i8(MAGIC);
         header.put_u32(0); // the CRC, below
         header.put_i16(self.codec as i16); // create-time timestamps, not transactional
         header.put_i32(self.record_count - 1);
@@ -231,7 +226,7 @@ pub struct FetchedBatch {
 /// Takes the next whole batch off the front of a partition's fetched records. `None` when what
 /// is left is empty or a partial batch (brokers cut fetch responses anywhere).
 pub fn next_batch(rest: &mut Bytes) -> Result<Option<FetchedBatch>, BatchError> {
-    let Some(length_field) = rest.get(8..LENGTH_END) else {
+    let Some(length_field) = rest.get(8..BATCH_LENGTH_END) else {
         return Ok(None);
     };
     let batch_length = i32::from_be_bytes([
@@ -242,7 +237,7 @@ pub fn next_batch(rest: &mut Bytes) -> Result<Option<FetchedBatch>, BatchError> 
     ]);
     let batch_bytes = usize::try_from(batch_length)
         .ok()
-        .map(|len| len + LENGTH_END)
+        .map(|len| len + BATCH_LENGTH_END)
         .filter(|len| *len >= BATCH_HEADER_BYTES)
         .ok_or(BatchError::Length(batch_length))?;
     if rest.len() < MAGIC_AT + 1 {
@@ -250,7 +245,7 @@ pub fn next_batch(rest: &mut Bytes) -> Result<Option<FetchedBatch>, BatchError> 
     }
     // Checked before the size: older formats lay the header out differently.
     let magic = rest[MAGIC_AT] as i8;
-    if magic != MAGIC_V2 {
+    if magic != MAGIC {
         return Err(BatchError::Magic(magic));
     }
     if rest.len() < batch_bytes {
@@ -625,7 +620,7 @@ mod tests {
         let batch = build(Codec::None, &samples);
         let mut header = &batch[..BATCH_HEADER_BYTES];
         assert_eq!(header.get_i64(), 0, "base offset");
-        assert_eq!(header.get_i32() as usize, batch.len() - LENGTH_END);
+        assert_eq!(header.get_i32() as usize, batch.len() - BATCH_LENGTH_END);
         assert_eq!(header.get_i32(), -1, "leader epoch");
         assert_eq!(header.get_i8(), 2, "magic");
         header.get_u32();

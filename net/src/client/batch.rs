@@ -103,15 +103,29 @@ pub struct ConsumedRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
-/// The v2 batch header: base offset (8), batch length (4), then the length counts from the
-/// partition leader epoch on.
-const BATCH_LENGTH_END: usize = 12;
-const ATTRIBUTES_AT: usize = 21;
-const MAX_TIMESTAMP_AT: usize = 35;
-const RECORD_COUNT_AT: usize = 57;
-const BATCH_HEADER_BYTES: usize = 61;
-const LOG_APPEND_TIME_BIT: i16 = 1 << 3;
-const CONTROL_BIT: i16 = 1 << 5;
+/// Where the fields of a v2 record batch header are, for the client side (the CLI, the bench).
+/// The broker's storage keeps its own copy: it depends on nothing of ours.
+pub mod v2 {
+    /// Base offset (8) and batch length (4); the batch length counts from here on.
+    pub const BATCH_LENGTH_END: usize = 12;
+    pub const MAGIC_AT: usize = 16;
+    pub const CRC_AT: usize = 17;
+    /// The CRC-32C covers everything from here to the end of the batch.
+    pub const ATTRIBUTES_AT: usize = 21;
+    pub const LAST_OFFSET_DELTA_AT: usize = 23;
+    pub const MAX_TIMESTAMP_AT: usize = 35;
+    pub const RECORD_COUNT_AT: usize = 57;
+    pub const BATCH_HEADER_BYTES: usize = 61;
+    pub const MAGIC: i8 = 2;
+    pub const CODEC_MASK: i16 = 0x7;
+    pub const LOG_APPEND_TIME_BIT: i16 = 1 << 3;
+    pub const CONTROL_BIT: i16 = 1 << 5;
+}
+
+use v2::{
+    ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_END, CODEC_MASK, CONTROL_BIT,
+    LOG_APPEND_TIME_BIT, MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
+};
 
 /// A record count a compressed batch may claim. `kafka-protocol` reserves room for the count
 /// before decompressing, so an absurd count must be refused first.
@@ -127,7 +141,7 @@ pub fn decode_batches(records: &Bytes) -> Result<Vec<ConsumedRecord>, ClientErro
         let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]]);
         let count_at = &batch[RECORD_COUNT_AT..BATCH_HEADER_BYTES];
         let record_count = i32::from_be_bytes([count_at[0], count_at[1], count_at[2], count_at[3]]);
-        let compressed = attributes & 0x7 != 0;
+        let compressed = attributes & CODEC_MASK != 0;
         let count_max = if compressed {
             COMPRESSED_RECORDS_MAX
         } else {

@@ -2,12 +2,9 @@
 //! there: [`super::batch::decode_batches`] drops control batches (transaction markers), so the
 //! records alone would leave a consumer fetching the same marker forever.
 
+use super::batch::v2::{LAST_OFFSET_DELTA_AT, MAGIC, MAGIC_AT};
 use super::batch::{bad_batch, complete_batch_len};
 use super::error::ClientError;
-
-/// The v2 batch header fields this reads besides the length: magic, last offset delta.
-const MAGIC_AT: usize = 16;
-const LAST_OFFSET_DELTA_AT: usize = 23;
 
 /// The offset after the last complete batch of a fetched partition's records; `None` when no
 /// batch is complete (a fetch may end in part of one).
@@ -15,7 +12,7 @@ pub fn next_offset_after(records: &[u8]) -> Result<Option<i64>, ClientError> {
     let mut next = None;
     let mut rest = records;
     while let Some(batch_bytes) = complete_batch_len(rest)? {
-        if rest[MAGIC_AT] != 2 {
+        if rest[MAGIC_AT] as i8 != MAGIC {
             return Err(bad_batch(format!("magic {}", rest[MAGIC_AT])));
         }
         let mut base = [0; 8];
