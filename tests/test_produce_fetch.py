@@ -63,7 +63,9 @@ def test_100k_keyed_records_are_read_back_once_in_order(broker: Broker, unique) 
 
 def test_watermarks_and_offsets_for_times(broker: Broker, unique) -> None:
     topic = unique("topic")
-    clients.create_topic(broker.bootstrap, topic, 2)
+    # The records are stamped in 2023: with the default 7-day retention, any retention pass during
+    # the test would rightly delete them (Kafka's too), so this topic keeps records forever.
+    clients.create_topic(broker.bootstrap, topic, 2, {"retention.ms": "-1"})
     base_ms = 1_700_000_000_000
     # Partition 0: 50 records whose timestamps step by 1 s from base_ms; partition 1 stays empty.
     prod = clients.producer(broker.bootstrap)
