@@ -54,7 +54,13 @@ impl Table {
         table.render()
     }
 
+    /// Adds a row; an empty cell shows as `-`, so every row splits into as many words as the
+    /// header (a group with no protocol type, say, would otherwise shift the columns after it).
     pub fn row(&mut self, cells: Vec<String>) {
+        let cells = cells
+            .into_iter()
+            .map(|c| if c.is_empty() { "-".to_owned() } else { c })
+            .collect();
         self.rows.push(cells);
     }
 
@@ -156,6 +162,13 @@ mod tests {
             table.render(),
             "NAME    PARTITIONS\norders  3\na       12\n"
         );
+    }
+
+    #[test]
+    fn empty_cells_show_as_a_dash() {
+        let mut table = Table::new(&["GROUP", "STATE", "TYPE"]);
+        table.row(vec!["g".to_owned(), "Empty".to_owned(), String::new()]);
+        assert_eq!(table.render(), "GROUP  STATE  TYPE\ng      Empty  -\n");
     }
 
     #[test]
