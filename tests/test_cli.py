@@ -89,3 +89,33 @@ def test_a_relative_data_dir_works_as_the_default_does(tmp_path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_another_nodes_data_dir_is_refused_and_left_as_it_was(broker_factory, unique) -> None:
+    broker: Broker = broker_factory(node_id=3)
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    broker.stop_clean()
+    metadata = broker.data_dir / "meta" / "metadata.fb"
+    before = metadata.read_bytes()
+
+    result = subprocess.run(
+        [
+            str(SPINDLE_BIN),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--data-dir",
+            str(broker.data_dir),
+            "--node-id",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "belongs to node 3" in result.stderr and "--node-id 3" in result.stderr, result.stderr
+    assert metadata.read_bytes() == before

@@ -5,8 +5,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use model::NodeId;
 use serde::Deserialize;
 use storage::{LogConfig, StorageConfig};
+
+use crate::group::GroupConfig;
 
 /// When a produce with acks=all is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -87,6 +90,12 @@ pub struct Settings {
     /// How often retention deletes old segments, log.retention.check.interval.ms [default: 30000].
     #[arg(long)]
     pub retention_check_interval_ms: Option<u64>,
+    /// Replicas of a topic created without a replication factor [default: min(3, live brokers)].
+    #[arg(long)]
+    pub default_replication_factor: Option<i16>,
+    /// This broker's rack, given to clients in Metadata and DescribeCluster (broker.rack).
+    #[arg(long)]
+    pub rack: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,7 +133,7 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// The CPU each shard is pinned to; its length is the shard count.
     pub shard_cpus: Vec<Option<usize>>,
-    pub node_id: i32,
+    pub node_id: NodeId,
     pub durability: Durability,
     pub auto_create_topics: bool,
     pub topic_defaults: TopicDefaults,
@@ -133,6 +142,9 @@ pub struct BrokerConfig {
     pub offsets_partitions: i32,
     pub group_initial_rebalance_delay: Duration,
     pub retention_check_interval: Duration,
+    /// `None`: min(3, live brokers).
+    pub default_replication_factor: Option<i16>,
+    pub rack: Option<String>,
 }
 
 /// What a topic gets unless it says otherwise.
@@ -140,6 +152,16 @@ pub struct BrokerConfig {
 pub struct TopicDefaults {
     pub partitions: i32,
     pub log: LogConfig,
+}
+
+impl BrokerConfig {
+    /// The consumer group coordinators' settings.
+    pub fn group_config(&self) -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: self.group_initial_rebalance_delay.as_millis() as u64,
+            ..GroupConfig::default()
+        }
+    }
 }
 
 impl ServeArgs {
@@ -178,6 +200,7 @@ impl Settings {
             default_segment_bytes, default_segment_ms, default_flush_messages, default_flush_ms,
             default_max_message_bytes, request_max_bytes, cache_bytes, offsets_partitions,
             group_initial_rebalance_delay_ms, retention_check_interval_ms,
+            default_replication_factor, rack,
         )
     }
 
@@ -258,6 +281,11 @@ impl Settings {
         if !(1..=1000).contains(&offsets_partitions) {
             return Err(invalid("--offsets-partitions must be 1 to 1000".into()));
         }
+        if self.default_replication_factor.is_some_and(|f| f < 1) {
+            return Err(invalid(
+                "--default-replication-factor must be at least 1".into(),
+            ));
+        }
         let storage_defaults = StorageConfig::default();
         Ok(BrokerConfig {
             listen,
@@ -265,7 +293,7 @@ impl Settings {
             advertise_port,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("data")),
             shard_cpus,
-            node_id: self.node_id.unwrap_or(0),
+            node_id: NodeId(self.node_id.unwrap_or(0)),
             durability: self.durability.unwrap_or(Durability::Fsync),
             auto_create_topics: self.auto_create_topics.unwrap_or(true),
             topic_defaults: TopicDefaults { partitions, log },
@@ -281,6 +309,8 @@ impl Settings {
             retention_check_interval: Duration::from_millis(
                 self.retention_check_interval_ms.unwrap_or(30_000).max(100),
             ),
+            default_replication_factor: self.default_replication_factor,
+            rack: self.rack.filter(|r| !r.is_empty()),
         })
     }
 }

@@ -10,25 +10,19 @@ use net::kafka_protocol::messages::RequestHeader;
 use net::{Request, Response};
 
 use crate::group::{
-    self, Coordinator, Dispatch, GroupCall, GroupConfig, GroupError, GroupReply, NodeEndpoint,
-    OFFSETS_TOPIC, RequestContext,
+    self, Coordinator, Dispatch, GroupCall, GroupError, GroupReply, NodeEndpoint, OFFSETS_TOPIC,
+    RequestContext,
 };
+use crate::routing::Route;
 use crate::shard::Shard;
-
-pub fn group_config(shard: &Shard) -> GroupConfig {
-    GroupConfig {
-        initial_rebalance_delay_ms: shard.config.group_initial_rebalance_delay.as_millis() as u64,
-        ..GroupConfig::default()
-    }
-}
 
 /// Opens (replays) the coordinator of every offsets partition this shard owns.
 pub async fn open_coordinators(shard: &Rc<Shard>) -> Result<(), GroupError> {
     let Some(topic) = shard.topic(OFFSETS_TOPIC) else {
         return Ok(());
     };
-    let config = group_config(shard);
-    for partition in 0..topic.partitions() {
+    let config = shard.group_config.clone();
+    for partition in 0..topic.partition_count() {
         if let Some(p) = shard.partition(OFFSETS_TOPIC, partition) {
             let coordinator = Coordinator::open(p.log.clone(), config.clone()).await?;
             shard
@@ -67,11 +61,6 @@ pub async fn handle(
             .as_ref()
             .map_or_else(String::new, |c| c.to_string()),
         client_host: format!("/{}", peer.ip()),
-        node: NodeEndpoint {
-            node_id: shard.config.node_id,
-            host: shard.config.advertise_host.clone(),
-            port: shard.config.advertise_port,
-        },
     };
     Some(group::handle(request, &ctx, &ShardDispatch { shard }).await)
 }
@@ -84,21 +73,36 @@ impl Dispatch for ShardDispatch<'_> {
     fn offsets_partitions(&self) -> i32 {
         self.shard
             .topic(OFFSETS_TOPIC)
-            .map_or(1, |t| t.partitions())
+            .map_or(1, |t| t.partition_count())
     }
 
     fn has_partition(&self, topic: &str, partition: i32) -> bool {
         self.shard
             .topic(topic)
-            .is_some_and(|t| !t.internal && t.shard_of(partition).is_some())
+            .is_some_and(|t| !t.internal && t.partition(partition).is_some())
+    }
+
+    fn coordinator(&self, partition: i32) -> Option<NodeEndpoint> {
+        let metadata = self.shard.metadata();
+        let leader = metadata
+            .topics
+            .get(OFFSETS_TOPIC)?
+            .partition(partition)?
+            .leader?;
+        let broker = metadata.brokers.get(&leader).filter(|b| !b.fenced)?;
+        Some(NodeEndpoint {
+            node_id: broker.id.0,
+            host: broker.host.clone(),
+            port: i32::from(broker.port),
+        })
     }
 
     async fn call(&self, partition: i32, call: GroupCall) -> GroupReply {
-        let Some(owner) = self
+        let route = self
             .shard
             .topic(OFFSETS_TOPIC)
-            .and_then(|t| t.shard_of(partition))
-        else {
+            .map_or(Route::Unknown, |t| self.shard.route(&t, partition));
+        let Route::Here(owner) = route else {
             return GroupReply::Unavailable(ResponseError::NotCoordinator);
         };
         let reply = self

@@ -3,23 +3,8 @@
 
 use std::process::ExitCode;
 
+use broker::{cli, config, server};
 use clap::{Parser, Subcommand};
-
-mod api;
-mod cli;
-mod config;
-mod controller;
-mod group;
-mod groups;
-mod handler;
-mod mesh;
-mod metadata;
-mod partition;
-mod placement;
-mod producer;
-mod server;
-mod shard;
-mod topic_config;
 
 // Write buffers, frames and cached batches are large and short-lived; glibc's malloc hands such
 // blocks back to the kernel and takes fresh pages for the next ones, which cost half the broker's

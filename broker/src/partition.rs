@@ -1,7 +1,7 @@
 //! One partition as its owning shard serves it: the log, the idempotent producers' state, and
 //! the Kafka rules for producing to it and fetching from it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -11,20 +11,21 @@ use net::Acks;
 use net::kafka_protocol::ResponseError;
 use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
 
+use model::LeaderEpoch;
+
 use crate::config::Durability;
 use crate::producer::{Producers, Verdict};
 
 /// How much of the end of a log is read to rebuild idempotent producers' state.
 const PRODUCER_STATE_SCAN_BYTES: usize = 8 << 20;
 
-/// The leader epoch stamped on batches: one broker, one epoch, until replication arrives.
-pub const LEADER_EPOCH: i32 = 0;
-
 #[derive(Debug)]
 pub struct Partition {
     pub topic: String,
     pub index: i32,
     pub log: Rc<Log>,
+    /// The partition's leader epoch, from the metadata: stamped on every batch appended.
+    leader_epoch: Cell<LeaderEpoch>,
     /// Built from the end of the log on the first idempotent produce after the partition opens
     /// (so that a producer retrying across a restart is recognised), then kept up to date.
     producers: RefCell<Option<Producers>>,
@@ -98,14 +99,30 @@ impl Fetched {
 }
 
 impl Partition {
-    pub fn new(topic: String, index: i32, log: Rc<Log>) -> Partition {
+    pub fn new(topic: String, index: i32, log: Rc<Log>, leader_epoch: LeaderEpoch) -> Partition {
         Partition {
             topic,
             index,
             log,
+            leader_epoch: Cell::new(leader_epoch),
             producers: RefCell::new(None),
             idempotent_lock: Semaphore::new(1),
         }
+    }
+
+    pub fn leader_epoch(&self) -> LeaderEpoch {
+        self.leader_epoch.get()
+    }
+
+    /// A new epoch from the metadata; epochs never go back.
+    pub fn set_leader_epoch(&self, epoch: LeaderEpoch) {
+        assert!(
+            epoch >= self.leader_epoch.get(),
+            "leader epoch of {}-{} went back",
+            self.topic,
+            self.index
+        );
+        self.leader_epoch.set(epoch);
     }
 
     /// Appends a producer's record set and waits as `acks` and `durability` say, at most
@@ -130,7 +147,7 @@ impl Partition {
             self.append_idempotent(records, &first).await
         } else {
             self.log
-                .append(records, LEADER_EPOCH)
+                .append(records, self.leader_epoch.get().0)
                 .await
                 .map(|i| Appended::from_log(&i))
                 .map_err(append_failed)
@@ -197,7 +214,7 @@ impl Partition {
             Verdict::Append => {
                 let info = self
                     .log
-                    .append(records, LEADER_EPOCH)
+                    .append(records, self.leader_epoch.get().0)
                     .await
                     .map_err(append_failed)?;
                 if let Some(p) = self.producers.borrow_mut().as_mut() {
@@ -317,7 +334,7 @@ mod tests {
                         .open_log(dir.path(), LogConfig::default())
                         .await
                         .unwrap();
-                    Partition::new("t".into(), 0, log)
+                    Partition::new("t".into(), 0, log, LeaderEpoch::default())
                 };
                 async fn produce(p: &Partition, sequence: i32) -> Produced {
                     p.produce(

@@ -21,11 +21,12 @@ use glommio::{LocalExecutorBuilder, Placement};
 use net::ConnectionConfig;
 use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
+use model::{BrokerRegistration, ClusterMetadata, Command};
+
 use crate::config::BrokerConfig;
 use crate::handler::Connection;
 use crate::mesh::{self, Mesh};
-use crate::metadata::Metadata;
-use crate::placement;
+use crate::metadata;
 use crate::shard::Shard;
 
 /// How long a stopping shard lets its connections finish their requests.
@@ -44,6 +45,16 @@ pub enum ServeError {
     Locked(std::path::PathBuf),
     #[error(transparent)]
     Metadata(#[from] crate::metadata::MetadataError),
+    #[error(
+        "data directory {path} belongs to node {owner} (its metadata registers no node {node}): start with --node-id {owner}, or use another --data-dir"
+    )]
+    ForeignDataDir {
+        path: std::path::PathBuf,
+        node: model::NodeId,
+        owner: model::NodeId,
+    },
+    #[error("registering this node: {0}")]
+    Register(model::ApplyError),
     #[error(transparent)]
     Storage(#[from] storage::IoFailure),
     #[error("starting shard {shard}: {reason}")]
@@ -127,15 +138,12 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let _lock = lock(&data_dir)?;
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     let shards = config.shard_cpus.len();
-    let mut metadata = Metadata::load(&data_dir)?.unwrap_or_else(Metadata::new);
-    if placement::fit_to(&mut metadata, shards) || metadata.version == 0 {
-        metadata.version += 1;
-        metadata.save(&data_dir)?;
-    }
+    let metadata = register(&config, shards)?;
     tracing::info!(
         listen = %config.listen,
         data_dir = %data_dir.display(),
         shards,
+        node = %config.node_id,
         topics = metadata.visible_topics().count(),
         io = ?io_mode,
         durability = ?config.durability,
@@ -209,6 +217,42 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     }
 }
 
+/// Loads this node's metadata (new for a new data directory) and registers the node in it: the
+/// start-up command of a quorum of one. Saved only when that changed something (a new directory,
+/// a new shard count or address), so a broker with a full disk still starts.
+fn register(config: &BrokerConfig, shards: usize) -> Result<ClusterMetadata, ServeError> {
+    let data_dir = &config.data_dir;
+    let node = config.node_id;
+    let mut metadata = metadata::load(data_dir, node)?
+        .unwrap_or_else(|| ClusterMetadata::new(uuid::Uuid::new_v4().simple().to_string()));
+    // One node keeps a quorum of one: a directory whose metadata registers other nodes and not
+    // this one was another node's, and its partitions are not ours to serve.
+    if let Some(owner) = metadata.brokers.keys().find(|&&id| id != node)
+        && !metadata.brokers.contains_key(&node)
+    {
+        return Err(ServeError::ForeignDataDir {
+            path: data_dir.clone(),
+            node,
+            owner: *owner,
+        });
+    }
+    let before = metadata.version;
+    let registration = Command::RegisterBroker(BrokerRegistration {
+        id: node,
+        host: config.advertise_host.clone(),
+        port: u16::try_from(config.advertise_port).unwrap_or(0),
+        cluster_listener: None,
+        shards: u16::try_from(shards).unwrap_or(u16::MAX),
+        rack: config.rack.clone(),
+        fenced: false,
+    });
+    model::apply(&mut metadata, &registration).map_err(ServeError::Register)?;
+    if metadata.version != before || !metadata::path(data_dir).exists() {
+        metadata::save(&metadata, data_dir)?;
+    }
+    Ok(metadata)
+}
+
 /// Holds an exclusive lock on the data directory for as long as the returned file lives.
 fn lock(data_dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
@@ -254,7 +298,7 @@ fn spawn_signal_thread(stops: Stops) -> Result<(), ServeError> {
 async fn run_shard(
     id: usize,
     config: Arc<BrokerConfig>,
-    metadata: Arc<Metadata>,
+    metadata: Arc<ClusterMetadata>,
     io_mode: ResolvedIoMode,
     ends: mesh::Ends<Shard>,
     rendezvous: Rendezvous,
@@ -274,8 +318,7 @@ async fn run_shard(
         .map_err(|e| e.to_string())?;
     rendezvous.meet(1).await?;
     if id == 0 {
-        shard
-            .ensure_offsets_topic(config.offsets_partitions)
+        crate::proposals::ensure_offsets_topic(&shard, config.offsets_partitions)
             .await
             .map_err(|e| e.message)?;
     }

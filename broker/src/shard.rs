@@ -14,20 +14,26 @@ use net::ShutdownSignal;
 use net::kafka_protocol::ResponseError;
 use storage::ShardStorage;
 
+use model::{ClusterMetadata, NodeId};
+
 use crate::config::BrokerConfig;
-use crate::controller::TopicError;
+use crate::controller::{CONTROLLER_SHARD, Controller};
+use crate::group::GroupConfig;
 use crate::mesh::Mesh;
-use crate::metadata::{Metadata, Topic};
+use crate::metadata::{Topic, TopicError};
 use crate::partition::Partition;
-use crate::topic_config;
+use crate::routing::{self, Route};
+use crate::{proposals, topic_config};
 
 #[derive(Debug)]
 pub struct Shard {
     pub id: usize,
     pub count: usize,
     pub config: Arc<BrokerConfig>,
+    /// The consumer group settings, from the broker's.
+    pub group_config: GroupConfig,
     pub storage: Rc<ShardStorage>,
-    metadata: RefCell<Arc<Metadata>>,
+    metadata: RefCell<Arc<ClusterMetadata>>,
     /// The partitions this shard owns, by topic name then partition index.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<Partition>>>>>,
     /// Group coordinators of the offsets partitions this shard owns, by partition.
@@ -35,8 +41,8 @@ pub struct Shard {
     /// Metadata changes apply one at a time, in version order.
     apply_lock: Semaphore,
     mesh: OnceCell<Mesh<Shard>>,
-    /// Serializes metadata changes on the controller (shard 0).
-    pub(crate) controller_lock: Semaphore,
+    /// On the controller's shard only.
+    controller: Option<Controller>,
     producer_ids: ProducerIds,
     pub shutdown: ShutdownSignal,
 }
@@ -57,12 +63,13 @@ impl Shard {
         id: usize,
         config: Arc<BrokerConfig>,
         storage: Rc<ShardStorage>,
-        metadata: Arc<Metadata>,
+        metadata: Arc<ClusterMetadata>,
     ) -> Shard {
         let count = config.shard_cpus.len();
         Shard {
             id,
             count,
+            group_config: config.group_config(),
             config,
             storage,
             metadata: RefCell::new(metadata),
@@ -70,7 +77,7 @@ impl Shard {
             coordinators: RefCell::new(HashMap::new()),
             apply_lock: Semaphore::new(1),
             mesh: OnceCell::new(),
-            controller_lock: Semaphore::new(1),
+            controller: (id == CONTROLLER_SHARD).then(Controller::default),
             producer_ids: ProducerIds::default(),
             shutdown: ShutdownSignal::new(),
         }
@@ -88,8 +95,27 @@ impl Shard {
             .expect("the mesh is connected before requests are served")
     }
 
-    pub fn metadata(&self) -> Arc<Metadata> {
+    pub fn metadata(&self) -> Arc<ClusterMetadata> {
         self.metadata.borrow().clone()
+    }
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// The node whose controller is active: this one, in a quorum of one.
+    pub fn active_controller(&self) -> NodeId {
+        self.node()
+    }
+
+    pub fn controller(&self) -> Option<&Controller> {
+        self.controller.as_ref()
+    }
+
+    /// Where this node serves `partition` of `topic` from.
+    pub fn route(&self, topic: &Topic, partition: i32) -> Route {
+        routing::route(&self.metadata.borrow(), self.node(), topic, partition)
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -119,7 +145,7 @@ impl Shard {
             if let Some(id) = self.producer_ids.next() {
                 return Ok(id);
             }
-            let block = self.take_producer_id_block().await?;
+            let block = proposals::take_producer_id_block(self).await?;
             if !self.producer_ids.refill(block) {
                 return Err(TopicError::new(
                     ResponseError::UnknownServerError,
@@ -131,7 +157,7 @@ impl Shard {
 
     /// Brings this shard in line with `metadata`: opens the logs of partitions it now owns,
     /// deletes those of deleted topics, and passes changed settings to open logs.
-    pub async fn apply_metadata(&self, metadata: Arc<Metadata>) -> Result<(), ShardError> {
+    pub async fn apply_metadata(&self, metadata: Arc<ClusterMetadata>) -> Result<(), ShardError> {
         let _turn = self.apply_lock.acquire_permit(1).await;
         let old = self.metadata();
         if metadata.version < old.version {
@@ -159,13 +185,15 @@ impl Shard {
         }
         for topic in metadata.topics.values() {
             let log_config = topic_config::log_config(&topic.configs, &self.config.topic_defaults);
-            for (index, &shard) in topic.partition_shards.iter().enumerate() {
-                if usize::from(shard) != self.id {
+            for (index, state) in (0..).zip(&topic.partitions) {
+                if routing::hosting_shard(&metadata, self.node(), topic, index) != Some(self.id) {
                     continue;
                 }
-                let index = index as i32;
                 match self.partition(&topic.name, index) {
-                    Some(p) => p.log.set_config(log_config.clone()),
+                    Some(p) => {
+                        p.log.set_config(log_config.clone());
+                        p.set_leader_epoch(state.leader_epoch);
+                    }
                     None => {
                         let dir = self.config.data_dir.join(format!("{}-{index}", topic.name));
                         let log = self
@@ -177,7 +205,12 @@ impl Shard {
                                 partition: index,
                                 source,
                             })?;
-                        let partition = Rc::new(Partition::new(topic.name.clone(), index, log));
+                        let partition = Rc::new(Partition::new(
+                            topic.name.clone(),
+                            index,
+                            log,
+                            state.leader_epoch,
+                        ));
                         let mut partitions = self.partitions.borrow_mut();
                         let slots = partitions.entry(topic.name.clone()).or_default();
                         if slots.len() <= index as usize {

@@ -17,15 +17,21 @@ pub fn describe_cluster(
     shard: &Shard,
     _request: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let node = BrokerId(shard.config.node_id);
-    let broker = DescribeClusterBroker::default()
-        .with_broker_id(node)
-        .with_host(StrBytes::from_string(shard.config.advertise_host.clone()))
-        .with_port(shard.config.advertise_port);
+    let metadata = shard.metadata();
+    let brokers = metadata
+        .live_brokers()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id.0))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.clone().map(StrBytes::from_string))
+        })
+        .collect();
     DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(shard.metadata().cluster_id.clone()))
-        .with_controller_id(node)
-        .with_brokers(vec![broker])
+        .with_cluster_id(StrBytes::from_string(metadata.cluster_id.clone()))
+        .with_controller_id(BrokerId(shard.active_controller().0))
+        .with_brokers(brokers)
         .with_cluster_authorized_operations(OPERATIONS_NOT_ASKED)
 }
 

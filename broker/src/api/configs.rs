@@ -15,7 +15,7 @@ use net::kafka_protocol::messages::{
 use net::kafka_protocol::protocol::StrBytes;
 
 use crate::api::topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
-use crate::controller::ConfigOp;
+use crate::proposals::{self, ConfigOp};
 use crate::shard::Shard;
 use crate::topic_config::{self, ConfigType, Described};
 
@@ -196,8 +196,7 @@ pub async fn alter(
         }
         early.push(refusal);
     }
-    let mut done = shard
-        .alter_configs(changes, request.validate_only)
+    let mut done = proposals::alter_configs(shard, changes, request.validate_only)
         .await
         .into_iter();
     let responses = request

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::api::on_owners;
 use crate::partition::Fetched;
+use crate::routing::{self, Route};
 use crate::shard::Shard;
 
 /// The longest a fetch waits for records, whatever the client asks.
@@ -46,20 +47,21 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
     let mut wanted = Vec::new();
     for t in &request.topics {
         let topic = if version >= 13 {
-            metadata.topic_by_id(t.topic_id)
+            metadata.topic_by_id(model::TopicId(t.topic_id))
         } else {
             metadata.topics.get(t.topic.as_str())
         }
         .filter(|m| !m.internal);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
-            let owner = topic.and_then(|m| m.shard_of(p.partition));
-            let error = match (topic, owner) {
+            let route = topic.map_or(Route::Unknown, |m| {
+                routing::route(&metadata, shard.node(), m, p.partition)
+            });
+            let error = match (topic, route) {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
-                (_, None) => Some(ResponseError::UnknownTopicOrPartition),
-                _ => None,
+                (_, route) => route.error(),
             };
-            if let (Some(m), Some(owner)) = (topic, owner) {
+            if let (Some(m), Route::Here(owner)) = (topic, route) {
                 wanted.push((
                     owner,
                     Wanted {
@@ -73,7 +75,7 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             partitions.push((p.partition, error));
         }
         let (name, id) = match topic {
-            Some(m) => (StrBytes::from_string(m.name.clone()), m.id),
+            Some(m) => (StrBytes::from_string(m.name.clone()), m.id.0),
             None => (t.topic.clone().0, t.topic_id),
         };
         topics.push((name, id, partitions));

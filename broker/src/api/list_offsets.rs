@@ -10,7 +10,8 @@ use net::kafka_protocol::messages::list_offsets_response::{
 use net::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::api::on_owners;
-use crate::partition::{LEADER_EPOCH, read_error};
+use crate::partition::read_error;
+use crate::routing::Route;
 use crate::shard::Shard;
 
 /// Kafka's special timestamps.
@@ -20,8 +21,31 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-/// (error, timestamp, offset)
-type Found = (Option<ResponseError>, i64, i64);
+/// One partition's answer.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    error: Option<ResponseError>,
+    timestamp: i64,
+    offset: i64,
+    /// The leader epoch of the partition that answered (-1 when none did).
+    leader_epoch: i32,
+}
+
+impl Found {
+    const NONE: Found = Found {
+        error: None,
+        timestamp: -1,
+        offset: -1,
+        leader_epoch: -1,
+    };
+
+    fn failed(error: ResponseError) -> Found {
+        Found {
+            error: Some(error),
+            ..Found::NONE
+        }
+    }
+}
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -37,15 +61,21 @@ pub async fn handle(
         let mut indexes = Vec::new();
         for p in topic.partitions {
             indexes.push(p.partition_index);
-            match meta.as_ref().and_then(|t| t.shard_of(p.partition_index)) {
-                Some(owner) => {
+            let route = meta
+                .as_ref()
+                .map_or(Route::Unknown, |t| shard.route(t, p.partition_index));
+            match route {
+                Route::Here(owner) => {
                     work.push((
                         owner,
                         (answers.len(), name.clone(), p.partition_index, p.timestamp),
                     ));
                     answers.push(None);
                 }
-                None => answers.push(Some((Some(ResponseError::UnknownTopicOrPartition), -1, -1))),
+                refusal => answers.push(Some(Found {
+                    error: refusal.error(),
+                    ..Found::NONE
+                })),
             }
         }
         shape.push((topic.name, indexes));
@@ -59,11 +89,14 @@ pub async fn handle(
         work,
         |owner: Rc<Shard>, (name, index, timestamp): (String, i32, i64)| async move {
             match owner.partition(&name, index) {
-                Some(p) => lookup(&p, timestamp).await,
-                None => (Some(ResponseError::NotLeaderOrFollower), -1, -1),
+                Some(p) => Found {
+                    leader_epoch: p.leader_epoch().0,
+                    ..lookup(&p, timestamp).await
+                },
+                None => Found::failed(ResponseError::NotLeaderOrFollower),
             }
         },
-        || (Some(ResponseError::NotLeaderOrFollower), -1, -1),
+        || Found::failed(ResponseError::NotLeaderOrFollower),
     )
     .await;
     for (slot, f) in slots.into_iter().zip(found) {
@@ -76,17 +109,16 @@ pub async fn handle(
             let partitions = indexes
                 .into_iter()
                 .map(|index| {
-                    let (error, timestamp, offset) =
-                        answers
-                            .next()
-                            .unwrap_or((Some(ResponseError::UnknownServerError), -1, -1));
+                    let found = answers
+                        .next()
+                        .unwrap_or(Found::failed(ResponseError::UnknownServerError));
                     let mut r = ListOffsetsPartitionResponse::default()
                         .with_partition_index(index)
-                        .with_error_code(error.map_or(0, |e| e.code()))
-                        .with_timestamp(timestamp)
-                        .with_offset(offset);
+                        .with_error_code(found.error.map_or(0, |e| e.code()))
+                        .with_timestamp(found.timestamp)
+                        .with_offset(found.offset);
                     if version >= 4 {
-                        r = r.with_leader_epoch(LEADER_EPOCH);
+                        r = r.with_leader_epoch(found.leader_epoch);
                     }
                     r
                 })
@@ -101,24 +133,32 @@ pub async fn handle(
 
 async fn lookup(p: &crate::partition::Partition, timestamp: i64) -> Found {
     let log = &p.log;
+    let at = |offset| Found {
+        offset,
+        ..Found::NONE
+    };
     match timestamp {
-        LATEST => (None, -1, log.high_watermark()),
+        LATEST => at(log.high_watermark()),
         // No tiered storage: nothing is tiered.
-        LATEST_TIERED => (None, -1, -1),
-        EARLIEST | EARLIEST_LOCAL => (None, -1, log.log_start_offset()),
+        LATEST_TIERED => Found::NONE,
+        EARLIEST | EARLIEST_LOCAL => at(log.log_start_offset()),
         MAX_TIMESTAMP => match log.max_timestamp() {
             Some(max) => found_at(log.offset_for_timestamp(max).await),
-            None => (None, -1, -1),
+            None => Found::NONE,
         },
-        t if t < 0 => (Some(ResponseError::InvalidRequest), -1, -1),
+        t if t < 0 => Found::failed(ResponseError::InvalidRequest),
         t => found_at(log.offset_for_timestamp(t).await),
     }
 }
 
 fn found_at(result: Result<Option<(i64, i64)>, storage::ReadError>) -> Found {
     match result {
-        Ok(Some((offset, timestamp))) => (None, timestamp, offset),
-        Ok(None) => (None, -1, -1),
-        Err(e) => (Some(read_error(&e)), -1, -1),
+        Ok(Some((offset, timestamp))) => Found {
+            timestamp,
+            offset,
+            ..Found::NONE
+        },
+        Ok(None) => Found::NONE,
+        Err(e) => Found::failed(read_error(&e)),
     }
 }

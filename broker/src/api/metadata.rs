@@ -1,5 +1,6 @@
-//! Metadata: this broker, and the topics asked for (all visible ones when none are named),
-//! creating unknown ones first when auto-creation is on and the client allows it.
+//! Metadata: the live brokers, and the topics asked for (all visible ones when none are named)
+//! with each partition's leader, replicas, ISR and leader epoch, creating unknown topics first when
+//! auto-creation is on and the client allows it.
 
 use std::rc::Rc;
 
@@ -11,9 +12,10 @@ use net::kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse,
 use net::kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use crate::controller::{NewTopic, check_topic_name};
+use model::{ClusterMetadata, NodeId};
+
 use crate::metadata::Topic;
-use crate::partition::LEADER_EPOCH;
+use crate::proposals::{NewTopic, Replication, check_topic_name};
 use crate::shard::Shard;
 
 /// "Authorized operations were not asked for", as Kafka writes it (Metadata, DescribeCluster,
@@ -21,7 +23,6 @@ use crate::shard::Shard;
 pub const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
-    let node = BrokerId(shard.config.node_id);
     let auto_create =
         shard.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
     let topics = match request.topics {
@@ -32,19 +33,31 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             let mut answers = Vec::with_capacity(list.len());
             for requested in list {
                 answers.push(
-                    named_topic(shard, requested.name, requested.topic_id, auto_create, node).await,
+                    named_topic(shard, requested.name, requested.topic_id, auto_create).await,
                 );
             }
             answers
         }
     };
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(StrBytes::from_string(shard.config.advertise_host.clone()))
-        .with_port(shard.config.advertise_port);
+    let metadata = shard.metadata();
+    let brokers = metadata
+        .live_brokers()
+        .map(|b| {
+            let broker = MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id.0))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(i32::from(b.port));
+            match &b.rack {
+                Some(rack) if version >= 1 => {
+                    broker.with_rack(Some(StrBytes::from_string(rack.clone())))
+                }
+                _ => broker,
+            }
+        })
+        .collect();
     let mut response = MetadataResponse::default()
-        .with_brokers(vec![broker])
-        .with_controller_id(node)
+        .with_brokers(brokers)
+        .with_controller_id(BrokerId(shard.active_controller().0))
         .with_topics(
             topics
                 .into_iter()
@@ -58,9 +71,8 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 .collect(),
         );
     if version >= 2 {
-        response = response.with_cluster_id(Some(StrBytes::from_string(
-            shard.metadata().cluster_id.clone(),
-        )));
+        response =
+            response.with_cluster_id(Some(StrBytes::from_string(metadata.cluster_id.clone())));
     }
     if (8..=10).contains(&version) {
         response = response.with_cluster_authorized_operations(OPERATIONS_NOT_ASKED);
@@ -69,11 +81,10 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
 }
 
 fn all_topics(shard: &Shard) -> Vec<MetadataResponseTopic> {
-    let node = BrokerId(shard.config.node_id);
-    shard
-        .metadata()
+    let metadata = shard.metadata();
+    metadata
         .visible_topics()
-        .map(|t| describe(t, node))
+        .map(|t| describe(&metadata, t))
         .collect()
 }
 
@@ -82,20 +93,23 @@ async fn named_topic(
     name: Option<TopicName>,
     id: Uuid,
     auto_create: bool,
-    node: BrokerId,
 ) -> MetadataResponseTopic {
+    let metadata = shard.metadata();
     let Some(name) = name else {
         // Asked for by id (v10+).
-        return match shard.metadata().topic_by_id(id).filter(|t| !t.internal) {
-            Some(t) => describe(t, node),
+        return match metadata
+            .topic_by_id(model::TopicId(id))
+            .filter(|t| !t.internal)
+        {
+            Some(t) => describe(&metadata, t),
             None => MetadataResponseTopic::default()
                 .with_topic_id(id)
                 .with_error_code(ResponseError::UnknownTopicId.code()),
         };
     };
     let text = name.0.to_string();
-    if let Some(t) = shard.topic(&text).filter(|t| !t.internal) {
-        return describe(&t, node);
+    if let Some(t) = metadata.topics.get(&text).filter(|t| !t.internal) {
+        return describe(&metadata, t);
     }
     let error = |e: ResponseError| {
         MetadataResponseTopic::default()
@@ -111,13 +125,17 @@ async fn named_topic(
     let new = NewTopic {
         name: text.clone(),
         partitions: shard.config.topic_defaults.partitions,
+        replication: Replication::Default,
         configs: Default::default(),
     };
-    match shard.create_topics(vec![new], false).await.pop() {
+    match crate::proposals::create_topics(shard, vec![new], false)
+        .await
+        .pop()
+    {
         Some(Ok(())) | Some(Err(_)) => match shard.topic(&text).filter(|t| !t.internal) {
             Some(t) => {
                 tracing::info!(topic = %text, "created on first use");
-                describe(&t, node)
+                describe(&shard.metadata(), &t)
             }
             None => error(ResponseError::LeaderNotAvailable),
         },
@@ -125,19 +143,32 @@ async fn named_topic(
     }
 }
 
-fn describe(topic: &Topic, node: BrokerId) -> MetadataResponseTopic {
-    let partitions = (0..topic.partitions())
-        .map(|index| {
+fn describe(metadata: &ClusterMetadata, topic: &Topic) -> MetadataResponseTopic {
+    let ids = |nodes: &[NodeId]| nodes.iter().map(|n| BrokerId(n.0)).collect::<Vec<_>>();
+    let partitions = (0..)
+        .zip(&topic.partitions)
+        .map(|(index, p)| {
+            let offline: Vec<NodeId> = p
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| metadata.brokers.get(r).is_none_or(|b| b.fenced))
+                .collect();
             MetadataResponsePartition::default()
+                .with_error_code(match p.leader {
+                    Some(_) => 0,
+                    None => ResponseError::LeaderNotAvailable.code(),
+                })
                 .with_partition_index(index)
-                .with_leader_id(node)
-                .with_leader_epoch(LEADER_EPOCH)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_leader_id(BrokerId(p.leader.map_or(-1, |l| l.0)))
+                .with_leader_epoch(p.leader_epoch.0)
+                .with_replica_nodes(ids(&p.replicas))
+                .with_isr_nodes(ids(&p.isr))
+                .with_offline_replicas(ids(&offline))
         })
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(StrBytes::from_string(topic.name.clone()).into()))
-        .with_topic_id(topic.id)
+        .with_topic_id(topic.id.0)
         .with_partitions(partitions)
 }

@@ -17,6 +17,7 @@ use crate::api::on_owners;
 use net::Acks;
 
 use crate::partition::Produced;
+use crate::routing::Route;
 use crate::shard::Shard;
 
 /// The longest a produce waits for acknowledgement, whatever the client asks.
@@ -61,16 +62,12 @@ pub async fn handle(
                     "transactions are not supported",
                 )
             } else {
-                match (
-                    meta.as_ref().and_then(|t| t.shard_of(partition.index)),
-                    partition.records,
-                ) {
-                    (None, _) => refused(
-                        ResponseError::UnknownTopicOrPartition,
-                        "no such topic or partition",
-                    ),
-                    (Some(_), None) => refused(ResponseError::CorruptMessage, "no records"),
-                    (Some(owner), Some(records)) => {
+                let route = meta
+                    .as_ref()
+                    .map_or(Route::Unknown, |t| shard.route(t, partition.index));
+                match (route, partition.records) {
+                    (Route::Here(_), None) => refused(ResponseError::CorruptMessage, "no records"),
+                    (Route::Here(owner), Some(records)) => {
                         work.push((
                             owner,
                             (
@@ -84,6 +81,10 @@ pub async fn handle(
                         ));
                         None
                     }
+                    (refusal, _) => refused(
+                        refusal.error().unwrap_or(ResponseError::UnknownServerError),
+                        "this broker does not lead that partition (or it does not exist)",
+                    ),
                 }
             };
             answers.push(answer);

@@ -14,7 +14,10 @@ use net::kafka_protocol::messages::{
 };
 use net::kafka_protocol::protocol::StrBytes;
 
-use crate::controller::{NewTopic, TopicError, TopicResult};
+use model::NodeId;
+
+use crate::metadata::{TopicError, TopicResult};
+use crate::proposals::{self, NewTopic, Replication};
 use crate::shard::Shard;
 use crate::topic_config;
 
@@ -38,7 +41,7 @@ pub async fn create(
     version: i16,
 ) -> CreateTopicsResponse {
     let defaults = &shard.config.topic_defaults;
-    // Requests that cannot be made on one broker are refused here, the rest go to the controller.
+    // Requests with a setting but no value are refused here, the rest go to the controller.
     let mut early: Vec<Option<TopicError>> = Vec::new();
     let mut new = Vec::new();
     for t in &request.topics {
@@ -49,40 +52,31 @@ pub async fn create(
         } else {
             t.assignments.len() as i32
         };
-        let refusal = if t.replication_factor > 1 {
-            Some(TopicError::new(
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "replication factor {} is larger than the 1 broker available",
-                    t.replication_factor
-                ),
-            ))
-        } else if t.replication_factor == 0 || t.replication_factor < -1 {
-            Some(TopicError::new(
-                ResponseError::InvalidReplicationFactor,
-                "replication factor must be at least 1",
-            ))
-        } else if t
-            .assignments
-            .iter()
-            .any(|a| a.broker_ids.iter().any(|b| b.0 != shard.config.node_id))
-        {
-            Some(TopicError::new(
-                ResponseError::InvalidReplicaAssignment,
-                "replicas must be on this broker",
-            ))
+        let replication = if !t.assignments.is_empty() {
+            let mut assigned: Vec<_> = t.assignments.iter().collect();
+            assigned.sort_by_key(|a| a.partition_index);
+            Replication::Assigned(
+                assigned
+                    .into_iter()
+                    .map(|a| a.broker_ids.iter().map(|b| NodeId(b.0)).collect())
+                    .collect(),
+            )
+        } else if t.replication_factor == -1 {
+            Replication::Default
         } else {
-            t.configs.iter().find(|c| c.value.is_none()).map(|c| {
-                TopicError::new(
-                    ResponseError::InvalidConfig,
-                    format!("{} has no value", c.name),
-                )
-            })
+            Replication::Factor(t.replication_factor)
         };
+        let refusal = t.configs.iter().find(|c| c.value.is_none()).map(|c| {
+            TopicError::new(
+                ResponseError::InvalidConfig,
+                format!("{} has no value", c.name),
+            )
+        });
         if refusal.is_none() {
             new.push(NewTopic {
                 name: t.name.0.to_string(),
                 partitions,
+                replication,
                 configs: t
                     .configs
                     .iter()
@@ -92,8 +86,7 @@ pub async fn create(
         }
         early.push(refusal);
     }
-    let mut made = shard
-        .create_topics(new, request.validate_only)
+    let mut made = proposals::create_topics(shard, new, request.validate_only)
         .await
         .into_iter();
     let metadata = shard.metadata();
@@ -120,12 +113,17 @@ pub async fn create(
                 r = match (&result, metadata.topics.get(t.name.0.as_str())) {
                     (Ok(()), Some(created)) => r
                         .with_topic_id(if version >= 7 {
-                            created.id
+                            created.id.0
                         } else {
                             Default::default()
                         })
-                        .with_num_partitions(created.partitions())
-                        .with_replication_factor(1)
+                        .with_num_partitions(created.partition_count())
+                        .with_replication_factor(
+                            created
+                                .partitions
+                                .first()
+                                .map_or(-1, |p| p.replicas.len() as i16),
+                        )
                         .with_configs(Some(
                             topic_config::describe(&created.configs, defaults)
                                 .into_iter()
@@ -175,7 +173,9 @@ pub async fn delete(
     for (name, id) in &asked {
         let resolved = match name {
             Some(n) => Some(n.0.to_string()),
-            None => metadata.topic_by_id(*id).map(|t| t.name.clone()),
+            None => metadata
+                .topic_by_id(model::TopicId(*id))
+                .map(|t| t.name.clone()),
         };
         match resolved {
             Some(n) => {
@@ -188,7 +188,7 @@ pub async fn delete(
             ))),
         }
     }
-    let mut done = shard.delete_topics(names).await.into_iter();
+    let mut done = proposals::delete_topics(shard, names).await.into_iter();
     let responses = asked
         .into_iter()
         .zip(early)
@@ -203,7 +203,7 @@ pub async fn delete(
             let (code, message) = error_parts(&result);
             let id = name
                 .as_ref()
-                .and_then(|n| metadata.topics.get(n.0.as_str()).map(|t| t.id))
+                .and_then(|n| metadata.topics.get(n.0.as_str()).map(|t| t.id.0))
                 .unwrap_or(id);
             let mut r = DeletableTopicResult::default()
                 .with_name(name)
@@ -230,7 +230,7 @@ pub async fn create_partitions(
         .iter()
         .map(|t| (t.name.0.to_string(), t.count))
         .collect();
-    let results = shard.add_partitions(changes, request.validate_only).await;
+    let results = proposals::add_partitions(shard, changes, request.validate_only).await;
     let results = request
         .topics
         .into_iter()

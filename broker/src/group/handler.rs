@@ -45,7 +45,7 @@ use super::call::{
     JoinOutcome, JoinRefused, LeaveCall, LeavingMember, ListCall, Protocol, SyncCall, TopicOffsets,
     TopicPartitions,
 };
-use super::{Dispatch, RequestContext, ResponseError, offsets_partition_for};
+use super::{Dispatch, NodeEndpoint, RequestContext, ResponseError, offsets_partition_for};
 use crate::api::metadata::OPERATIONS_NOT_ASKED;
 
 /// What any client may do to a group without an authorizer: READ (3), DELETE (6), DESCRIBE (8),
@@ -64,7 +64,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 pub async fn handle(request: Request, ctx: &RequestContext, dispatch: &impl Dispatch) -> Response {
     let version = ctx.api_version;
     match request {
-        Request::FindCoordinator(r) => find_coordinator(r, ctx).into(),
+        Request::FindCoordinator(r) => find_coordinator(r, ctx, dispatch).into(),
         Request::JoinGroup(r) => join_group(r, ctx, dispatch).await.into(),
         Request::SyncGroup(r) => sync_group(r, version, dispatch).await.into(),
         Request::Heartbeat(r) => heartbeat(r, dispatch).await.into(),
@@ -204,6 +204,7 @@ fn code(result: Result<(), ResponseError>) -> i16 {
 fn find_coordinator(
     request: FindCoordinatorRequest,
     ctx: &RequestContext,
+    dispatch: &impl Dispatch,
 ) -> FindCoordinatorResponse {
     let version = ctx.api_version;
     let key_type = if version >= 1 {
@@ -223,15 +224,26 @@ fn find_coordinator(
             format!("unknown coordinator key type {other}"),
         )),
     };
-    let node = &ctx.node;
+    // A group's coordinator is the leader of the offsets partition its id hashes to.
+    let locate = |key: &str| -> Result<NodeEndpoint, (ResponseError, String)> {
+        found.clone()?;
+        let partition = offsets_partition_for(key, dispatch.offsets_partitions());
+        dispatch.coordinator(partition).ok_or_else(|| {
+            (
+                ResponseError::CoordinatorNotAvailable,
+                format!("offsets partition {partition} has no leader right now"),
+            )
+        })
+    };
     if version >= 4 {
         let coordinators = request
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let located = locate(&key);
                 let coordinator = WireCoordinator::default().with_key(key);
-                match &found {
-                    Ok(()) => coordinator
+                match located {
+                    Ok(node) => coordinator
                         .with_node_id(BrokerId(node.node_id))
                         .with_host(wire(node.host.clone()))
                         .with_port(node.port)
@@ -240,14 +252,14 @@ fn find_coordinator(
                         .with_node_id(BrokerId(-1))
                         .with_port(-1)
                         .with_error_code(error.code())
-                        .with_error_message(Some(wire(message.clone()))),
+                        .with_error_message(Some(wire(message))),
                 }
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let response = match found {
-        Ok(()) => FindCoordinatorResponse::default()
+    let response = match locate(&request.key) {
+        Ok(node) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(node.node_id))
             .with_host(wire(node.host.clone()))
             .with_port(node.port)

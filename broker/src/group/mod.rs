@@ -137,7 +137,7 @@ pub fn offsets_topic_configs(config: &GroupConfig) -> BTreeMap<String, String> {
     .collect()
 }
 
-/// This broker, as FindCoordinator tells clients where their coordinator is.
+/// A broker, as FindCoordinator tells clients where their coordinator is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeEndpoint {
     pub node_id: i32,
@@ -154,8 +154,6 @@ pub struct RequestContext {
     pub client_id: String,
     /// The client's address, shown by DescribeGroups.
     pub client_host: String,
-    /// This broker.
-    pub node: NodeEndpoint,
 }
 
 /// Runs group calls on the coordinators: the broker implements it with its shards.
@@ -165,6 +163,10 @@ pub trait Dispatch {
 
     /// Whether the broker has this partition: commits for others are refused, as Kafka does.
     fn has_partition(&self, topic: &str, partition: i32) -> bool;
+
+    /// The broker whose coordinator serves offsets partition `partition` (the partition's
+    /// leader), if one leads it now.
+    fn coordinator(&self, partition: i32) -> Option<NodeEndpoint>;
 
     /// Runs `call` on the coordinator of offsets partition `partition`, on whichever shard
     /// hosts it. When that coordinator is not open (still loading, or closed), the answer is

@@ -15,13 +15,37 @@ pub mod spindle {
   } // groups
   pub mod metadata {
     use super::*;
+    mod change_generated;
+    pub use self::change_generated::*;
     mod uuid_generated;
     pub use self::uuid_generated::*;
     mod config_entry_generated;
     pub use self::config_entry_generated::*;
+    mod partition_state_generated;
+    pub use self::partition_state_generated::*;
     mod topic_generated;
     pub use self::topic_generated::*;
+    mod broker_generated;
+    pub use self::broker_generated::*;
     mod metadata_generated;
     pub use self::metadata_generated::*;
+    mod register_broker_generated;
+    pub use self::register_broker_generated::*;
+    mod fence_broker_generated;
+    pub use self::fence_broker_generated::*;
+    mod create_topic_generated;
+    pub use self::create_topic_generated::*;
+    mod delete_topic_generated;
+    pub use self::delete_topic_generated::*;
+    mod add_partitions_generated;
+    pub use self::add_partitions_generated::*;
+    mod set_topic_configs_generated;
+    pub use self::set_topic_configs_generated::*;
+    mod change_partition_generated;
+    pub use self::change_partition_generated::*;
+    mod take_producer_id_block_generated;
+    pub use self::take_producer_id_block_generated::*;
+    mod record_generated;
+    pub use self::record_generated::*;
   } // metadata
 } // spindle

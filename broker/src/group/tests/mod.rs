@@ -179,6 +179,13 @@ impl Dispatch for Cluster {
         topic != MISSING_TOPIC && partition >= 0
     }
 
+    fn coordinator(&self, partition: i32) -> Option<NodeEndpoint> {
+        (partition >= 0 && partition < self.offsets_partitions()).then(|| NodeEndpoint {
+            host: "localhost".into(),
+            ..NODE
+        })
+    }
+
     async fn call(&self, partition: i32, call: GroupCall) -> GroupReply {
         match self.coordinators.get(partition as usize) {
             Some(coordinator) => coordinator.call(call).await,
@@ -217,10 +224,6 @@ impl Client {
             api_version: version,
             client_id: self.client_id.clone(),
             client_host: "/127.0.0.1".into(),
-            node: NodeEndpoint {
-                host: "localhost".into(),
-                ..NODE
-            },
         }
     }
 

@@ -22,6 +22,7 @@ impl<'a> Metadata<'a> {
   pub const VT_CLUSTER_ID: ::flatbuffers::VOffsetT = 6;
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 8;
   pub const VT_PRODUCER_ID_BLOCK: ::flatbuffers::VOffsetT = 10;
+  pub const VT_BROKERS: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -35,6 +36,7 @@ impl<'a> Metadata<'a> {
     let mut builder = MetadataBuilder::new(_fbb);
     builder.add_producer_id_block(args.producer_id_block);
     builder.add_version(args.version);
+    if let Some(x) = args.brokers { builder.add_brokers(x); }
     if let Some(x) = args.topics { builder.add_topics(x); }
     if let Some(x) = args.cluster_id { builder.add_cluster_id(x); }
     builder.finish()
@@ -69,6 +71,13 @@ impl<'a> Metadata<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(Metadata::VT_PRODUCER_ID_BLOCK, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn brokers(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Broker<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Broker>>>>(Metadata::VT_BROKERS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Metadata<'_> {
@@ -81,6 +90,7 @@ impl ::flatbuffers::Verifiable for Metadata<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("cluster_id", Self::VT_CLUSTER_ID, true)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Topic>>>>("topics", Self::VT_TOPICS, false)?
      .visit_field::<u64>("producer_id_block", Self::VT_PRODUCER_ID_BLOCK, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Broker>>>>("brokers", Self::VT_BROKERS, false)?
      .finish();
     Ok(())
   }
@@ -90,6 +100,7 @@ pub struct MetadataArgs<'a> {
     pub cluster_id: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Topic<'a>>>>>,
     pub producer_id_block: u64,
+    pub brokers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Broker<'a>>>>>,
 }
 impl<'a> Default for MetadataArgs<'a> {
   #[inline]
@@ -99,6 +110,7 @@ impl<'a> Default for MetadataArgs<'a> {
       cluster_id: None, // required field
       topics: None,
       producer_id_block: 0,
+      brokers: None,
     }
   }
 }
@@ -125,6 +137,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MetadataBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<u64>(Metadata::VT_PRODUCER_ID_BLOCK, producer_id_block, 0);
   }
   #[inline]
+  pub fn add_brokers(&mut self, brokers: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<Broker<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Metadata::VT_BROKERS, brokers);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> MetadataBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     MetadataBuilder {
@@ -147,6 +163,7 @@ impl ::core::fmt::Debug for Metadata<'_> {
       ds.field("cluster_id", &self.cluster_id());
       ds.field("topics", &self.topics());
       ds.field("producer_id_block", &self.producer_id_block());
+      ds.field("brokers", &self.brokers());
       ds.finish()
   }
 }

@@ -23,6 +23,7 @@ impl<'a> Topic<'a> {
   pub const VT_PARTITION_SHARDS: ::flatbuffers::VOffsetT = 8;
   pub const VT_CONFIGS: ::flatbuffers::VOffsetT = 10;
   pub const VT_INTERNAL: ::flatbuffers::VOffsetT = 12;
+  pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -34,6 +35,7 @@ impl<'a> Topic<'a> {
     args: &'args TopicArgs<'args>
   ) -> ::flatbuffers::WIPOffset<Topic<'bldr>> {
     let mut builder = TopicBuilder::new(_fbb);
+    if let Some(x) = args.partitions { builder.add_partitions(x); }
     if let Some(x) = args.configs { builder.add_configs(x); }
     if let Some(x) = args.partition_shards { builder.add_partition_shards(x); }
     if let Some(x) = args.id { builder.add_id(x); }
@@ -58,11 +60,11 @@ impl<'a> Topic<'a> {
     unsafe { self._tab.get::<Uuid>(Topic::VT_ID, None).unwrap()}
   }
   #[inline]
-  pub fn partition_shards(&self) -> ::flatbuffers::Vector<'a, u16> {
+  pub fn partition_shards(&self) -> Option<::flatbuffers::Vector<'a, u16>> {
     // Safety:
     // Created from valid Table for this object
     // which contains a valid value in this slot
-    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Topic::VT_PARTITION_SHARDS, None).unwrap()}
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Topic::VT_PARTITION_SHARDS, None)}
   }
   #[inline]
   pub fn configs(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ConfigEntry<'a>>>> {
@@ -78,6 +80,13 @@ impl<'a> Topic<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(Topic::VT_INTERNAL, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn partitions(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionState<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionState>>>>(Topic::VT_PARTITIONS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Topic<'_> {
@@ -88,9 +97,10 @@ impl ::flatbuffers::Verifiable for Topic<'_> {
     v.visit_table(pos)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, true)?
      .visit_field::<Uuid>("id", Self::VT_ID, true)?
-     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u16>>>("partition_shards", Self::VT_PARTITION_SHARDS, true)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u16>>>("partition_shards", Self::VT_PARTITION_SHARDS, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ConfigEntry>>>>("configs", Self::VT_CONFIGS, false)?
      .visit_field::<bool>("internal", Self::VT_INTERNAL, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<PartitionState>>>>("partitions", Self::VT_PARTITIONS, false)?
      .finish();
     Ok(())
   }
@@ -101,6 +111,7 @@ pub struct TopicArgs<'a> {
     pub partition_shards: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u16>>>,
     pub configs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ConfigEntry<'a>>>>>,
     pub internal: bool,
+    pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionState<'a>>>>>,
 }
 impl<'a> Default for TopicArgs<'a> {
   #[inline]
@@ -108,9 +119,10 @@ impl<'a> Default for TopicArgs<'a> {
     TopicArgs {
       name: None, // required field
       id: None, // required field
-      partition_shards: None, // required field
+      partition_shards: None,
       configs: None,
       internal: false,
+      partitions: None,
     }
   }
 }
@@ -141,6 +153,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TopicBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<bool>(Topic::VT_INTERNAL, internal, false);
   }
   #[inline]
+  pub fn add_partitions(&mut self, partitions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<PartitionState<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Topic::VT_PARTITIONS, partitions);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> TopicBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     TopicBuilder {
@@ -153,7 +169,6 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TopicBuilder<'a, 'b, A> {
     let o = self.fbb_.end_table(self.start_);
     self.fbb_.required(o, Topic::VT_NAME,"name");
     self.fbb_.required(o, Topic::VT_ID,"id");
-    self.fbb_.required(o, Topic::VT_PARTITION_SHARDS,"partition_shards");
     ::flatbuffers::WIPOffset::new(o.value())
   }
 }
@@ -166,6 +181,7 @@ impl ::core::fmt::Debug for Topic<'_> {
       ds.field("partition_shards", &self.partition_shards());
       ds.field("configs", &self.configs());
       ds.field("internal", &self.internal());
+      ds.field("partitions", &self.partitions());
       ds.finish()
   }
 }

@@ -1,0 +1,20 @@
+//! The Spindle broker as a library: the shards and everything they serve, and the admin command
+//! line. The `spindle` binary (`main.rs`) is a thin shell over it; integration tests and the
+//! simulator link it too.
+
+mod api;
+pub mod cli;
+pub mod config;
+mod controller;
+mod group;
+mod groups;
+mod handler;
+mod mesh;
+mod metadata;
+mod partition;
+mod producer;
+mod proposals;
+mod routing;
+pub mod server;
+mod shard;
+mod topic_config;
