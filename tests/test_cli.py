@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -119,3 +120,21 @@ def test_another_nodes_data_dir_is_refused_and_left_as_it_was(broker_factory, un
     assert result.returncode != 0
     assert "belongs to node 3" in result.stderr and "--node-id 3" in result.stderr, result.stderr
     assert metadata.read_bytes() == before
+
+
+def test_rack_and_node_id_show_in_cluster_describe(broker_factory) -> None:
+    broker: Broker = broker_factory(node_id=5, extra_args=("--rack", "rack-b"))
+
+    result = subprocess.run(
+        [str(SPINDLE_BIN), "cluster", "describe", "-b", broker.bootstrap, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    described = json.loads(result.stdout)
+    assert described["brokers"] == [
+        {"node": 5, "host": "127.0.0.1", "port": broker.port, "rack": "rack-b", "controller": True}
+    ]

@@ -599,3 +599,14 @@ def test_two_cli_consumers_and_a_java_compatible_one_share_a_group(broker: Broke
         for proc in (first, second):
             code, stderr = interrupt(proc)
             assert code == 0, stderr
+
+
+def test_cluster_describe_lists_the_brokers_and_the_controller(broker: Broker) -> None:
+    described = ok_json(broker, "cluster", "describe")
+
+    [node] = described["brokers"]
+    assert (node["host"], node["port"], node["controller"]) == ("127.0.0.1", broker.port, True)
+    assert described["controller"] == node["node"]
+    assert described["cluster_id"]
+    text = ok(broker, "cluster", "describe")
+    assert f"CONTROLLER  {node['node']}\n" in text and "127.0.0.1" in text, text

@@ -1,105 +1,88 @@
-//! What every command shares: the cluster options, connecting to the first reachable bootstrap
-//! broker, and looking a topic up.
+//! `spindle cluster describe`: the cluster's id, its brokers (id, address, rack) and which one is
+//! the active controller, as Metadata reports them.
 
-use clap::Args;
-use net::client::{Client, ConnectOptions, TopicInfo};
+use clap::{Args, Subcommand};
+use serde::Serialize;
 
-use super::error::{About, CliError};
-use super::output::Output;
+use super::connect::ConnectArgs;
+use super::error::CliError;
+use super::output::{Table, summary};
 
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Cluster options")]
+#[derive(Debug, Args)]
 pub struct ClusterArgs {
-    /// Brokers to bootstrap from, tried in order.
-    #[arg(
-        long,
-        short = 'b',
-        env = "SPINDLE_BROKERS",
-        default_value = "127.0.0.1:9092",
-        value_name = "HOST:PORT[,HOST:PORT...]",
-        global = true
-    )]
-    pub bootstrap_server: String,
-    /// How long to try connecting to a broker.
-    #[arg(long, default_value_t = 5_000, value_name = "MS", global = true)]
-    pub connect_timeout_ms: u64,
-    /// How long a request may take.
-    #[arg(long, default_value_t = 10_000, value_name = "MS", global = true)]
-    pub request_timeout_ms: u64,
-    /// Aligned tables for people, or JSON for scripts.
-    #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
-    pub output: Output,
+    #[command(flatten)]
+    connect: ConnectArgs,
+    #[command(subcommand)]
+    command: ClusterCommand,
 }
 
-impl ClusterArgs {
-    pub fn connect_options(&self) -> ConnectOptions {
-        ConnectOptions {
-            client_id: "spindle-cli".to_owned(),
-            connect_timeout_ms: self.connect_timeout_ms,
-            request_timeout_ms: self.request_timeout_ms,
-            ..ConnectOptions::default()
-        }
-    }
-
-    /// The request timeout as Kafka's admin requests carry it.
-    pub fn timeout_ms_i32(&self) -> i32 {
-        i32::try_from(self.request_timeout_ms).unwrap_or(i32::MAX)
-    }
-
-    /// A client of the cluster, through the first bootstrap broker that answers.
-    pub async fn connect(&self) -> Result<Client, CliError> {
-        let mut failure = None;
-        let addrs = self.bootstrap_server.split(',').map(str::trim);
-        for addr in addrs.filter(|a| !a.is_empty()) {
-            match Client::connect(addr, self.connect_options()).await {
-                Ok(client) => return Ok(client),
-                Err(error) => failure = Some(error),
-            }
-        }
-        Err(failure.map_or_else(
-            || CliError::Usage("--bootstrap-server names no broker".to_owned()),
-            CliError::from,
-        ))
-    }
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Shows the cluster id, every live broker and the active controller.
+    Describe,
 }
 
-/// A topic as Metadata describes it now (not from the client's cache).
-pub async fn topic_info(client: &mut Client, topic: &str) -> Result<TopicInfo, CliError> {
-    let metadata = client.metadata(Some(&[topic])).await.about_topic(topic)?;
-    let info = metadata.topics.into_iter().find(|t| t.name == topic);
-    match info {
-        None => Err(CliError::TopicNotFound(topic.to_owned())),
-        Some(info) if info.error_code != 0 => Err(net::client::ClientError::Kafka {
-            api: net::kafka_protocol::messages::ApiKey::Metadata,
-            resource: topic.to_owned(),
-            code: info.error_code,
-            message: None,
-        })
-        .about_topic(topic),
-        Some(info) => Ok(info),
+#[derive(Debug, Serialize)]
+struct ClusterDescription {
+    cluster_id: Option<String>,
+    controller: i32,
+    brokers: Vec<BrokerDescription>,
+}
+
+#[derive(Debug, Serialize)]
+struct BrokerDescription {
+    node: i32,
+    host: String,
+    port: i32,
+    rack: Option<String>,
+    controller: bool,
+}
+
+pub async fn run(args: ClusterArgs) -> Result<(), CliError> {
+    let mut client = args.connect.connect().await?;
+    match args.command {
+        ClusterCommand::Describe => {
+            let metadata = client.metadata(Some(&[])).await?;
+            let mut brokers: Vec<BrokerDescription> = metadata
+                .brokers
+                .into_iter()
+                .map(|b| BrokerDescription {
+                    controller: b.node_id == metadata.controller_id,
+                    node: b.node_id,
+                    host: b.host,
+                    port: b.port,
+                    rack: b.rack,
+                })
+                .collect();
+            brokers.sort_by_key(|b| b.node);
+            let description = ClusterDescription {
+                cluster_id: metadata.cluster_id,
+                controller: metadata.controller_id,
+                brokers,
+            };
+            args.connect.output.emit(&description, describe_table)
+        }
     }
 }
 
-/// The partitions to use of a topic: `chosen` ones (each checked to exist), or all.
-pub fn pick_partitions(info: &TopicInfo, chosen: &[i32]) -> Result<Vec<i32>, CliError> {
-    let all: Vec<i32> = info.partitions.iter().map(|p| p.index).collect();
-    if chosen.is_empty() {
-        let mut all = all;
-        all.sort_unstable();
-        return Ok(all);
-    }
-    let mut picked = Vec::new();
-    for partition in chosen {
-        if !all.contains(partition) {
-            return Err(CliError::NoSuchPartition {
-                topic: info.name.clone(),
-                partition: *partition,
-                count: all.len(),
-            });
-        }
-        if !picked.contains(partition) {
-            picked.push(*partition);
-        }
-    }
-    Ok(picked)
+fn describe_table(d: &ClusterDescription) -> String {
+    let headline = summary(&[
+        ("CLUSTER-ID", d.cluster_id.clone().unwrap_or_default()),
+        ("CONTROLLER", d.controller.to_string()),
+        ("BROKERS", d.brokers.len().to_string()),
+    ]);
+    let brokers = Table::of(
+        &["NODE", "HOST", "PORT", "RACK", "CONTROLLER"],
+        &d.brokers,
+        |b| {
+            vec![
+                b.node.to_string(),
+                b.host.clone(),
+                b.port.to_string(),
+                b.rack.clone().unwrap_or_default(),
+                if b.controller { "yes" } else { "no" }.to_owned(),
+            ]
+        },
+    );
+    [headline, brokers].join("\n")
 }

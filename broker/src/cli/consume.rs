@@ -21,7 +21,7 @@ use net::client::{
 };
 use serde::Serialize;
 
-use super::cluster::{ClusterArgs, pick_partitions, topic_info};
+use super::connect::{ConnectArgs, pick_partitions, topic_info};
 use super::error::{About, CliError, transient};
 use super::format::{DEFAULT_FORMAT, Format};
 use super::offset_spec::OffsetSpec;
@@ -32,7 +32,7 @@ use super::runtime::StopFlag;
 #[command(after_long_help = FORMAT_HELP)]
 pub struct ConsumeArgs {
     #[command(flatten)]
-    cluster: ClusterArgs,
+    cluster: ConnectArgs,
     /// The topic to read.
     topic: String,
     /// Starts at the earliest offset (same as --offset earliest).

@@ -8,7 +8,7 @@ use net::client::consumer_protocol::decode_assignment;
 use net::client::{Client, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use serde::Serialize;
 
-use super::cluster::{ClusterArgs, pick_partitions, topic_info};
+use super::connect::{ConnectArgs, pick_partitions, topic_info};
 use super::error::{About, CliError};
 use super::offset_spec::OffsetSpec;
 use super::output::{Output, Table, list, summary};
@@ -16,7 +16,7 @@ use super::output::{Output, Table, list, summary};
 #[derive(Debug, Args)]
 pub struct GroupArgs {
     #[command(flatten)]
-    cluster: ClusterArgs,
+    cluster: ConnectArgs,
     #[command(subcommand)]
     command: GroupCommand,
 }

@@ -1,10 +1,10 @@
-//! The admin command line: topics, console producer and consumer, groups. Every command speaks
+//! The admin command line: topics, console producer and consumer, groups, the cluster. Every command speaks
 //! the Kafka protocol to `--bootstrap-server` through `net::client`, so it works against any
 //! Kafka-compatible broker.
 //!
 //! Module map:
-//! - [`topic`], [`produce`], [`consume`], [`group`]: the commands.
-//! - [`cluster`]: the options every command takes, connecting, looking a topic up.
+//! - [`topic`], [`produce`], [`consume`], [`group`], [`cluster`]: the commands.
+//! - [`connect`]: the options every command takes, connecting, looking a topic up.
 //! - [`runtime`]: the glommio executor a command runs on; Ctrl-C as a flag.
 //! - [`output`]: tables and JSON on stdout. [`error`]: messages that say what to do.
 //! - [`lines`] and [`partitioner`]: the producer's input and its murmur2 partitioner.
@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 mod cluster;
+mod connect;
 mod consume;
 mod error;
 mod format;
@@ -40,6 +41,8 @@ pub enum Command {
     Consume(consume::ConsumeArgs),
     /// Lists, describes, resets and deletes consumer groups.
     Group(group::GroupArgs),
+    /// Describes the cluster: its brokers and the active controller.
+    Cluster(cluster::ClusterArgs),
 }
 
 pub fn run(command: Command) -> ExitCode {
@@ -50,6 +53,7 @@ pub fn run(command: Command) -> ExitCode {
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,
             Command::Group(args) => group::run(args).await,
+            Command::Cluster(args) => cluster::run(args).await,
         }
     });
     match result {
@@ -127,7 +131,8 @@ mod tests {
         );
         assert!(parse("group reset-offsets g --topic t --to-earliest --to-latest").is_err());
         assert!(parse("group reset-offsets g --topic t --to-offset 5 --dry-run").is_ok());
-        // Cluster options go anywhere after the command.
+        assert!(parse("cluster describe --output json").is_ok());
+        // Connection options go anywhere after the command.
         let cli = parse("topic list --output json -b 10.0.0.1:9092").unwrap();
         let Command::Topic(args) = cli.command else {
             panic!("not a topic command");

@@ -18,7 +18,7 @@ use net::client::batch::{Compression, NewRecord, RecordBatchBuilder};
 use net::client::{Client, ClientError, ProduceAck, produce_ack};
 use serde::Serialize;
 
-use super::cluster::{ClusterArgs, pick_partitions, topic_info};
+use super::connect::{ConnectArgs, pick_partitions, topic_info};
 use super::error::{CliError, transient};
 use super::lines::{Chunk, Line, LineReader, split_line};
 use super::output::{Output, emit_json_line, json_line, list, write_stdout};
@@ -28,7 +28,7 @@ use super::topic::parse_key_value;
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
     #[command(flatten)]
-    cluster: ClusterArgs,
+    cluster: ConnectArgs,
     /// The topic to write to.
     topic: String,
     /// Splits each line into key and value at the first SEP; a line without SEP has no key.

@@ -9,14 +9,14 @@ use net::client::{
 };
 use serde::Serialize;
 
-use super::cluster::{ClusterArgs, topic_info};
+use super::connect::{ConnectArgs, topic_info};
 use super::error::{About, CliError};
 use super::output::{Output, Table, list, summary};
 
 #[derive(Debug, Args)]
 pub struct TopicArgs {
     #[command(flatten)]
-    cluster: ClusterArgs,
+    cluster: ConnectArgs,
     #[command(subcommand)]
     command: TopicCommand,
 }
@@ -149,7 +149,7 @@ where
 
 async fn create(
     client: &mut Client,
-    cluster: &ClusterArgs,
+    cluster: &ConnectArgs,
     names: &[String],
     partitions: i32,
     replication_factor: i16,
@@ -175,7 +175,7 @@ async fn create(
 /// may answer CreateTopics and CreatePartitions before then, and clients need leaders.
 async fn wait_for_leaders(
     client: &mut Client,
-    cluster: &ClusterArgs,
+    cluster: &ConnectArgs,
     topic: &str,
     partitions: i32,
 ) -> Result<(), CliError> {
@@ -406,7 +406,7 @@ struct PartitionCount<'a> {
 
 async fn add_partitions(
     client: &mut Client,
-    cluster: &ClusterArgs,
+    cluster: &ConnectArgs,
     name: &str,
     to: i32,
 ) -> Result<(), CliError> {
@@ -432,7 +432,7 @@ async fn add_partitions(
 
 async fn delete_topics(
     client: &mut Client,
-    cluster: &ClusterArgs,
+    cluster: &ConnectArgs,
     names: &[String],
 ) -> Result<(), CliError> {
     for_each_topic(cluster.output, names, "deleted", async |name| {

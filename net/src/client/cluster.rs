@@ -38,6 +38,7 @@ use crate::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 /// What Metadata says about the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterMetadata {
+    pub cluster_id: Option<String>,
     pub brokers: Vec<BrokerInfo>,
     pub controller_id: i32,
     pub topics: Vec<TopicInfo>,
@@ -48,6 +49,7 @@ pub struct BrokerInfo {
     pub node_id: i32,
     pub host: String,
     pub port: i32,
+    pub rack: Option<String>,
 }
 
 impl BrokerInfo {
@@ -201,6 +203,7 @@ impl Client {
             .with_allow_auto_topic_creation(false);
         let response = self.bootstrap.send(&request).await?;
         let metadata = ClusterMetadata {
+            cluster_id: response.cluster_id.as_ref().map(|c| c.to_string()),
             brokers: response
                 .brokers
                 .iter()
@@ -208,6 +211,7 @@ impl Client {
                     node_id: b.node_id.0,
                     host: b.host.to_string(),
                     port: b.port,
+                    rack: b.rack.as_ref().map(|r| r.to_string()),
                 })
                 .collect(),
             controller_id: response.controller_id.0,
@@ -233,6 +237,7 @@ impl Client {
                 })
                 .collect(),
         };
+        self.metadata.cluster_id = metadata.cluster_id.clone();
         self.metadata.brokers = metadata.brokers.clone();
         self.metadata.controller_id = metadata.controller_id;
         for topic in &metadata.topics {
