@@ -4,6 +4,7 @@
 //!
 //! - [`metadata`]: the broker's topics, their settings and partition placement.
 //! - [`groups`]: the records of the consumer offsets log (committed offsets).
+//! - [`controller`]: the Raft frames between the voters of the controller quorum.
 
 #[allow(
     unsafe_code,
@@ -16,5 +17,6 @@
 #[rustfmt::skip]
 mod generated;
 
+pub use generated::spindle::controller;
 pub use generated::spindle::groups;
 pub use generated::spindle::metadata;

@@ -2,6 +2,19 @@
 // @generated
 pub mod spindle {
   use super::*;
+  pub mod controller {
+    use super::*;
+    mod message_kind_generated;
+    pub use self::message_kind_generated::*;
+    mod entry_generated;
+    pub use self::entry_generated::*;
+    mod snapshot_generated;
+    pub use self::snapshot_generated::*;
+    mod message_generated;
+    pub use self::message_generated::*;
+    mod frame_generated;
+    pub use self::frame_generated::*;
+  } // controller
   pub mod groups {
     use super::*;
     mod key_generated;
