@@ -42,6 +42,8 @@ pub enum QuorumError {
     },
     #[error("a frame was refused: {0}")]
     Frame(#[from] crate::wire::FrameError),
+    #[error("this voter stopped: raft-rs found its state contradicted ({0}); restart it from disk")]
+    Stopped(String),
     #[error("raft refused the event: {0}")]
     Raft(#[from] raft::Error),
 }

@@ -136,6 +136,8 @@ struct Pending {
     /// pending persist before them).
     last_ready: u64,
     messages: Vec<Message>,
+    /// The index of the snapshot this persist installs, if it does.
+    snapshot: Option<u64>,
 }
 
 /// Which reset of raft's election timeout was last seen (raft-rs draws a new one from the
@@ -160,6 +162,8 @@ pub struct Quorum {
     applied: LogIndex,
     snapshot_asked: Option<LogIndex>,
     leader_seen: (Option<NodeId>, Term),
+    /// Why raft-rs stopped, if it did (see `step`): the voter refuses every event after.
+    stopped: Option<String>,
 }
 
 impl std::fmt::Debug for Quorum {
@@ -243,6 +247,7 @@ impl Quorum {
             applied: LogIndex(applied),
             snapshot_asked: None,
             leader_seen: (None, Term(0)),
+            stopped: None,
         };
         quorum.seed_election_timeout();
         Ok(quorum)
@@ -261,7 +266,30 @@ impl Quorum {
 
     /// Feeds one event; returns what the host must do, in order. An event that is refused
     /// (an `Err`) changed nothing.
+    ///
+    /// raft-rs trusts its peers and its disk: a message that contradicts what this voter
+    /// acknowledged (only a peer or a disk breaking Raft's rules sends one) makes it panic. That
+    /// panic is caught here and stops this voter for good ([`QuorumError::Stopped`]), so the
+    /// host can report it and restart from disk instead of losing the process.
     pub fn step(&mut self, event: Event) -> Result<Vec<Action>, QuorumError> {
+        if let Some(why) = &self.stopped {
+            return Err(QuorumError::Stopped(why.clone()));
+        }
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step_inner(event)));
+        outcome.unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "raft-rs panicked".to_owned());
+            tracing::error!(node = %self.config.node, "the controller quorum stopped: {why}");
+            self.stopped = Some(why.clone());
+            Err(QuorumError::Stopped(why))
+        })
+    }
+
+    fn step_inner(&mut self, event: Event) -> Result<Vec<Action>, QuorumError> {
         let mut actions = Vec::new();
         match event {
             Event::Tick => {
@@ -366,17 +394,28 @@ impl Quorum {
             });
         }
         let mut last_ready = None;
+        let mut snapshot = None;
+        let mut messages = Vec::new();
         while self.pending.front().is_some_and(|p| p.id <= id) {
             let Some(done) = self.pending.pop_front() else {
                 break;
             };
             last_ready = Some(done.last_ready);
-            for m in done.messages {
-                self.send(m, actions);
-            }
+            snapshot = done.snapshot.or(snapshot);
+            messages.extend(done.messages);
         }
         if let Some(number) = last_ready {
             self.raw.on_persist_ready(number);
+        }
+        // Once a restored snapshot is durable raft-rs must count it applied: the log now
+        // starts after it, and an election reads the entries from the applied index on.
+        if let Some(index) = snapshot
+            && index > self.raw.raft.raft_log.applied
+        {
+            self.raw.advance_apply_to(index);
+        }
+        for m in messages {
+            self.send(m, actions);
         }
         Ok(())
     }
@@ -444,11 +483,9 @@ impl Quorum {
                 self.send(m, actions);
             }
 
-            let mut restored = None;
             let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
             let snapshot_image = snapshot.map(|s| {
                 let image = from_raft_snapshot(&s, &self.config.voters);
-                restored = Some(image.index);
                 self.raw.mut_store().install(s);
                 image
             });
@@ -469,6 +506,7 @@ impl Quorum {
             let mut done_now = None;
             if snapshot_image.is_some() || !entries.is_empty() || hard_state.is_some() {
                 let id = PersistId(number);
+                let snapshot = snapshot_image.as_ref().map(|s| s.index.0);
                 actions.push(Action::Persist(Persist {
                     id,
                     snapshot: snapshot_image,
@@ -481,6 +519,7 @@ impl Quorum {
                     id,
                     last_ready: number,
                     messages: held,
+                    snapshot,
                 });
             } else if let Some(back) = self.pending.back_mut() {
                 back.last_ready = number;
@@ -494,9 +533,6 @@ impl Quorum {
                 for m in held {
                     self.send(m, actions);
                 }
-            }
-            if let Some(index) = restored {
-                self.raw.advance_apply_to(index.0);
             }
             for to in snapshots_sent {
                 // Handed to the transport is all the host can tell; if the frame is lost the

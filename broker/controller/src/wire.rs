@@ -241,14 +241,15 @@ pub fn decode(
     if let Some(entries) = m.entries() {
         let mut out = Vec::with_capacity(entries.len());
         for e in entries.iter() {
-            let mut entry = Entry::default();
-            entry.term = e.term();
-            entry.index = e.index();
-            entry.data = e
-                .data()
-                .map(|d| Bytes::copy_from_slice(d.bytes()))
-                .unwrap_or_default();
-            out.push(entry);
+            out.push(Entry {
+                term: e.term(),
+                index: e.index(),
+                data: e
+                    .data()
+                    .map(|d| Bytes::copy_from_slice(d.bytes()))
+                    .unwrap_or_default(),
+                ..Default::default()
+            });
         }
         message.set_entries(out.into());
     }
@@ -257,9 +258,10 @@ pub fn decode(
         let meta = snapshot.mut_metadata();
         meta.index = s.index();
         meta.term = s.term();
-        let mut conf = ConfState::default();
-        conf.voters = s.voters().map(|v| v.iter().collect()).unwrap_or_default();
-        meta.set_conf_state(conf);
+        meta.set_conf_state(ConfState {
+            voters: s.voters().map(|v| v.iter().collect()).unwrap_or_default(),
+            ..Default::default()
+        });
         snapshot.data = s
             .data()
             .map(|d| Bytes::copy_from_slice(d.bytes()))
