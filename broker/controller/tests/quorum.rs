@@ -245,3 +245,54 @@ fn a_vote_is_sent_only_after_its_persist_is_reported() {
         "node 1 was not elected by itself and node 2"
     );
 }
+
+/// A frame as peer 2 would send it to node 1.
+fn frame_from_2(m: &mut raft::eraftpb::Message) -> Bytes {
+    m.from = 2;
+    m.to = 1;
+    Bytes::from(controller::wire::encode("c", NodeId(2), NodeId(1), m).expect("encode"))
+}
+
+#[test]
+fn a_peer_that_contradicts_raft_stops_the_voter_instead_of_the_process() {
+    let voters = vec![NodeId(1), NodeId(2), NodeId(3)];
+    let mut q = Quorum::new(Config::new(NodeId(1), voters, "c"), Durable::default()).expect("new");
+    q.start().expect("start");
+    // A "leader" claiming entries committed that this voter never acknowledged: raft-rs
+    // asserts on it; the quorum stops with a typed error and refuses everything after.
+    let mut m = raft::eraftpb::Message::default();
+    m.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+    m.term = 1;
+    m.commit = 100;
+    let stopped = q.step(Event::Frame(frame_from_2(&mut m)));
+    assert!(
+        matches!(stopped, Err(QuorumError::Stopped(_))),
+        "{stopped:?}"
+    );
+    assert!(matches!(q.step(Event::Tick), Err(QuorumError::Stopped(_))));
+}
+
+#[test]
+fn a_snapshot_taken_under_other_voters_is_refused() {
+    let voters = vec![NodeId(1), NodeId(2), NodeId(3)];
+    let mut q = Quorum::new(Config::new(NodeId(1), voters, "c"), Durable::default()).expect("new");
+    let mut m = raft::eraftpb::Message::default();
+    m.set_msg_type(raft::eraftpb::MessageType::MsgSnapshot);
+    m.term = 1;
+    let s = m.mut_snapshot();
+    s.mut_metadata().index = 5;
+    s.mut_metadata().term = 1;
+    s.mut_metadata().mut_conf_state().voters = vec![1, 2, 4];
+    let refused = q.step(Event::Frame(frame_from_2(&mut m)));
+    assert!(
+        matches!(
+            refused,
+            Err(QuorumError::VotersDisagree {
+                from: NodeId(2),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(q.status().commit, LogIndex(0));
+}

@@ -486,38 +486,12 @@ impl World {
                 }
                 Action::Persist(p) => {
                     let id = p.id;
-                    let latency = self.rng.between(1, self.cfg.disk_latency_ms_max);
-                    let node = &mut self.nodes[i];
-                    let (seq, at) = node.disk.submit(Write::Persist(p), self.now_ms, latency);
-                    let incarnation = node.incarnation;
-                    self.at(
-                        at,
-                        Ev::DiskDone {
-                            node: i,
-                            incarnation,
-                            seq,
-                        },
-                    );
+                    self.write(i, Write::Persist(p));
                     if self.cfg.disk_lies {
                         later.push(Event::Persisted(id));
                     }
                 }
-                Action::SaveSnapshot(image) => {
-                    let latency = self.rng.between(1, self.cfg.disk_latency_ms_max);
-                    let node = &mut self.nodes[i];
-                    let (seq, at) = node
-                        .disk
-                        .submit(Write::Snapshot(image), self.now_ms, latency);
-                    let incarnation = node.incarnation;
-                    self.at(
-                        at,
-                        Ev::DiskDone {
-                            node: i,
-                            incarnation,
-                            seq,
-                        },
-                    );
-                }
+                Action::SaveSnapshot(image) => self.write(i, Write::Snapshot(image)),
                 Action::Restore(image) => {
                     self.restores += 1;
                     self.note(format!("n{} restored {}", i + 1, image.index));
@@ -563,6 +537,22 @@ impl World {
             self.done = true;
         }
         Ok(())
+    }
+
+    /// Starts a write on node `i`'s disk; its completion is an event of its own.
+    fn write(&mut self, i: usize, write: Write) {
+        let latency = self.rng.between(1, self.cfg.disk_latency_ms_max);
+        let node = &mut self.nodes[i];
+        let (seq, at) = node.disk.submit(write, self.now_ms, latency);
+        let incarnation = node.incarnation;
+        self.at(
+            at,
+            Ev::DiskDone {
+                node: i,
+                incarnation,
+                seq,
+            },
+        );
     }
 
     fn check_leaders(&mut self) -> Result<(), String> {
