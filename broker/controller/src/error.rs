@@ -21,6 +21,10 @@ pub enum QuorumError {
     VotersDisagree { from: NodeId, theirs: Vec<u64> },
     #[error("not the leader (the leader is {leader:?}): propose through the leader")]
     NotLeader { leader: Option<NodeId> },
+    #[error(
+        "the leader dropped the proposal (too much is uncommitted, or leadership is moving): retry"
+    )]
+    ProposalDropped,
     #[error("an empty proposal is refused (empty entries are the leader's no-op marker)")]
     EmptyProposal,
     #[error("a proposal of {bytes} bytes is over the limit of {max} bytes")]

@@ -375,7 +375,12 @@ impl Quorum {
                 leader: node_id(self.raw.raft.leader_id),
             });
         }
-        self.raw.propose(Vec::new(), data.to_vec())?;
+        self.raw
+            .propose(Vec::new(), data.to_vec())
+            .map_err(|e| match e {
+                raft::Error::ProposalDropped => QuorumError::ProposalDropped,
+                other => QuorumError::Raft(other),
+            })?;
         Ok((
             LogIndex(self.raw.raft.raft_log.last_index()),
             Term(self.raw.raft.term),

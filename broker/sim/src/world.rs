@@ -447,9 +447,7 @@ impl World {
                 self.note(format!("n{} proposed {}", i + 1, self.proposals));
                 self.carry_out(i, actions)
             }
-            Err(
-                QuorumError::NotLeader { .. } | QuorumError::Raft(raft::Error::ProposalDropped),
-            ) => Ok(()),
+            Err(QuorumError::NotLeader { .. } | QuorumError::ProposalDropped) => Ok(()),
             Err(e) => Err(format!("node {} refused a proposal: {e}", i + 1)),
         }
     }
