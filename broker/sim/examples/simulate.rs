@@ -1,5 +1,5 @@
-//! `scripts/simulate`: runs many seeds of the controller quorum simulation and reports the
-//! first failure with its trace (exit 1), or a summary (exit 0).
+//! `scripts/simulate` (this example, built in release): runs many seeds of the controller quorum
+//! simulation and reports the first failure with its trace (exit 1), or a summary (exit 0).
 
 use clap::Parser;
 use sim::{SimConfig, run};
