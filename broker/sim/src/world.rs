@@ -65,6 +65,8 @@ pub struct Summary {
 pub struct Failure {
     pub seed: u64,
     pub voters: usize,
+    /// The run had the broken (lying) disk.
+    pub disk_lies: bool,
     pub step: u64,
     pub time_ms: u64,
     pub what: String,
@@ -80,8 +82,10 @@ impl fmt::Display for Failure {
         )?;
         writeln!(
             f,
-            "replay: scripts/simulate --voters {} --start {} --seeds 1",
-            self.voters, self.seed
+            "replay: scripts/simulate --voters {} --start {} --seeds 1{}",
+            self.voters,
+            self.seed,
+            if self.disk_lies { " --disk-lies" } else { "" }
         )?;
         writeln!(f, "last steps:")?;
         for line in &self.trace {
@@ -167,6 +171,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<Summary, Failure> {
             Err(Failure {
                 seed,
                 voters: cfg.voters,
+                disk_lies: cfg.disk_lies,
                 step: w.step,
                 time_ms: w.now_ms,
                 what,
