@@ -246,13 +246,15 @@ pub fn stamp_log_append_time(batch: &mut [u8], header: &BatchHeader, now_ms: i64
     }
 }
 
-/// The offset of the first record whose timestamp is at least `target_ms`, for an uncompressed
-/// batch whose `max_timestamp` is known to be at least `target_ms`. Compressed batches answer
-/// their base offset: finding the record would mean decompressing, which the broker never does.
-pub fn first_offset_at_or_after(batch: &[u8], target_ms: i64) -> Result<i64, BatchError> {
+/// The offset and timestamp of the first record whose timestamp is at least `target_ms`, for a
+/// batch whose `max_timestamp` is known to be at least `target_ms` (what ListOffsets answers:
+/// Kafka gives the record's own timestamp). Every record of a LogAppendTime batch has the batch's
+/// time. Compressed batches answer their base offset and newest timestamp: finding the record
+/// would mean decompressing, which the broker never does.
+pub fn first_record_at_or_after(batch: &[u8], target_ms: i64) -> Result<(i64, i64), BatchError> {
     let header = BatchHeader::parse(batch)?;
     if header.compression() != Compression::None || header.is_log_append_time() {
-        return Ok(header.base_offset);
+        return Ok((header.base_offset, header.max_timestamp));
     }
     let end = header.size_bytes().min(batch.len());
     let mut at = HEADER_BYTES;
@@ -270,12 +272,13 @@ pub fn first_offset_at_or_after(batch: &[u8], target_ms: i64) -> Result<i64, Bat
             read_varint(batch, record_start + 1, record_end).ok_or(corrupt.clone())?;
         let (offset_delta, _) =
             read_varint(batch, record_start + 1 + used, record_end).ok_or(corrupt)?;
-        if header.base_timestamp.saturating_add(timestamp_delta) >= target_ms {
-            return Ok(header.base_offset + offset_delta);
+        let timestamp = header.base_timestamp.saturating_add(timestamp_delta);
+        if timestamp >= target_ms {
+            return Ok((header.base_offset + offset_delta, timestamp));
         }
         at = record_end;
     }
-    Ok(header.base_offset)
+    Ok((header.base_offset, header.max_timestamp))
 }
 
 /// A zig-zag varint (as Kafka records use) at `at`, not reading at or past `end`.
@@ -482,16 +485,16 @@ mod tests {
     fn finds_the_first_record_at_a_timestamp() {
         let mut b = batch(10, 8, 1_000);
         assign_offsets(&mut b, 100, 0);
-        assert_eq!(first_offset_at_or_after(&b, 0).unwrap(), 100);
-        assert_eq!(first_offset_at_or_after(&b, 1_003).unwrap(), 103);
-        assert_eq!(first_offset_at_or_after(&b, 1_009).unwrap(), 109);
+        assert_eq!(first_record_at_or_after(&b, 0).unwrap(), (100, 1_000));
+        assert_eq!(first_record_at_or_after(&b, 1_003).unwrap(), (103, 1_003));
+        assert_eq!(first_record_at_or_after(&b, 1_009).unwrap(), (109, 1_009));
     }
 
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = validate(&bytes, 1 << 20);
-            let _ = first_offset_at_or_after(&bytes, 0);
+            let _ = first_record_at_or_after(&bytes, 0);
         }
 
         #[test]

@@ -580,9 +580,9 @@ impl Log {
             .collect())
     }
 
-    /// The first offset whose record has a timestamp at or after `timestamp_ms`, with that
-    /// timestamp; `None` if no record is that new. For compressed batches the answer is the
-    /// batch's first offset and newest timestamp (finding the record would mean decompressing).
+    /// The first offset whose record has a timestamp at or after `timestamp_ms`, with the
+    /// record's timestamp; `None` if no record is that new. For compressed batches the answer is
+    /// the batch's first offset and newest timestamp (finding the record would mean decompressing).
     pub async fn offset_for_timestamp(
         &self,
         timestamp_ms: i64,
@@ -626,15 +626,13 @@ impl Log {
                     source,
                 })?;
                 if header.max_timestamp >= timestamp_ms && header.last_offset() >= offset {
-                    let found =
-                        batch::first_offset_at_or_after(bytes, timestamp_ms).map_err(|source| {
-                            ReadError::Corrupt {
-                                path: self.dir.clone(),
-                                position: 0,
-                                source,
-                            }
-                        })?;
-                    return Ok(Some((found.max(offset), header.max_timestamp)));
+                    let (found, timestamp) = batch::first_record_at_or_after(bytes, timestamp_ms)
+                        .map_err(|source| ReadError::Corrupt {
+                        path: self.dir.clone(),
+                        position: 0,
+                        source,
+                    })?;
+                    return Ok(Some((found.max(offset), timestamp)));
                 }
                 offset = header.next_offset();
             }
