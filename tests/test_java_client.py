@@ -27,42 +27,26 @@ def run_scenario(broker: Broker, unique, scenario: str, arg: str | None = None) 
     return result.stdout
 
 
-def test_java_producer_defaults_idempotent_acks_all(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "produce-defaults")
+# Each scenario of tests/java (spindle.javatest.Main) with its argument; the pytest id names both.
+SCENARIOS = [
+    ("produce-defaults", None),  # idempotent, acks=all, no transactions
+    *[("produce-codec", codec) for codec in ("gzip", "snappy", "lz4", "zstd")],
+    ("group-assignor", "range"),
+    ("group-assignor", "cooperative-sticky"),
+    ("manual-assign", None),  # seek, offsetsForTimes, commitSync, a new consumer at the commit
+    ("commit-restart", None),  # a group member commits; the next one resumes there
+    ("admin-topics", None),
+    ("admin-cluster-offsets", None),
+    ("admin-configs", None),
+    ("admin-groups", None),
+]
 
 
-@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_java_producer_codec(broker: Broker, unique, codec: str) -> None:
-    run_scenario(broker, unique, "produce-codec", codec)
-
-
-@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_java_consumer_group_assignor(broker: Broker, unique, assignor: str) -> None:
-    run_scenario(broker, unique, "group-assignor", assignor)
-
-
-def test_java_consumer_manual_assign_seek_offsets_for_times_commit(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "manual-assign")
-
-
-def test_java_consumer_resumes_at_its_commit_after_a_restart(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "commit-restart")
-
-
-def test_java_admin_topics(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "admin-topics")
-
-
-def test_java_admin_describe_cluster_and_list_offsets(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "admin-cluster-offsets")
-
-
-def test_java_admin_describe_and_alter_configs(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "admin-configs")
-
-
-def test_java_admin_consumer_groups(broker: Broker, unique) -> None:
-    run_scenario(broker, unique, "admin-groups")
+@pytest.mark.parametrize(
+    ("scenario", "arg"), SCENARIOS, ids=[f"{s}-{a}" if a else s for s, a in SCENARIOS]
+)
+def test_java_client(broker: Broker, unique, scenario: str, arg: str | None) -> None:
+    run_scenario(broker, unique, scenario, arg)
 
 
 def test_java_admin_delete_records_or_a_clear_error(broker: Broker, unique) -> None:
