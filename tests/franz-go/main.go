@@ -132,7 +132,10 @@ func produce(ctx context.Context, brokers, topic string, codec kgo.CompressionCo
 // from an idempotent producer), commits them and leaves.
 func consume(ctx context.Context, brokers, topic, group string, attr uint8, n int, produced map[placed]bool) []placed {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		// Close waits for the fetch in flight, which long-polls an exhausted topic for this long
+		// (5 s by default: half of each run).
+		kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		fail(err.Error())
 	}
