@@ -36,10 +36,17 @@ impl Handler for Connection {
                 .await
                 .into(),
             Request::DescribeConfigs(r) => api::configs::describe(shard, r, version).into(),
+            Request::AlterConfigs(r) => api::configs::alter_legacy(shard, r, version).await.into(),
             Request::IncrementalAlterConfigs(r) => {
                 api::configs::alter(shard, r, version).await.into()
             }
+            Request::DescribeAcls(r) => api::acls::describe(r).into(),
+            Request::CreateAcls(r) => api::acls::create(r).into(),
+            Request::DeleteAcls(r) => api::acls::delete(r).into(),
             Request::DescribeCluster(r) => api::cluster::describe_cluster(shard, r).into(),
+            Request::DeleteRecords(r) => {
+                api::delete_records::handle(shard, r, version).await.into()
+            }
             Request::InitProducerId(r) => api::cluster::init_producer_id(shard, r).await.into(),
             group @ (Request::FindCoordinator(_)
             | Request::JoinGroup(_)

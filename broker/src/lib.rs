@@ -5,6 +5,7 @@
 mod api;
 pub mod cli;
 pub mod config;
+mod config_ops;
 mod controller;
 mod group;
 mod groups;
@@ -14,6 +15,8 @@ mod metadata;
 mod partition;
 mod producer;
 mod proposals;
+mod recompress;
+mod resource_config;
 mod routing;
 pub mod server;
 mod shard;

@@ -15,6 +15,7 @@ use model::LeaderEpoch;
 
 use crate::config::Durability;
 use crate::producer::{Producers, Verdict};
+use crate::recompress::{self, TopicCompression};
 
 /// How much of the end of a log is read to rebuild idempotent producers' state.
 const PRODUCER_STATE_SCAN_BYTES: usize = 8 << 20;
@@ -32,6 +33,8 @@ pub struct Partition {
     /// Holds idempotent appends in arrival order: a producer's sequence check and its append
     /// must not be overtaken by the producer's next batch.
     idempotent_lock: Semaphore,
+    /// The topic's `compression.type`, set with its other settings.
+    compression: Cell<TopicCompression>,
 }
 
 /// The answer for one partition of a produce.
@@ -107,6 +110,7 @@ impl Partition {
             leader_epoch: Cell::new(leader_epoch),
             producers: RefCell::new(None),
             idempotent_lock: Semaphore::new(1),
+            compression: Cell::new(TopicCompression::Producer),
         }
     }
 
@@ -125,6 +129,10 @@ impl Partition {
         self.leader_epoch.set(epoch);
     }
 
+    pub fn set_compression(&self, compression: TopicCompression) {
+        self.compression.set(compression);
+    }
+
     /// Appends a producer's record set and waits as `acks` and `durability` say, at most
     /// `timeout`.
     pub async fn produce(
@@ -134,6 +142,16 @@ impl Partition {
         durability: Durability,
         timeout: Duration,
     ) -> Produced {
+        let records = match self.compression.get() {
+            TopicCompression::Producer => records,
+            TopicCompression::Codec(codec) => {
+                let max_bytes = self.log.config().max_message_bytes;
+                match recompress::recompress(records, codec, max_bytes) {
+                    Ok(records) => records,
+                    Err(e) => return recompress_failed(e),
+                }
+            }
+        };
         let first = match BatchHeader::parse(&records) {
             Ok(h) => h,
             Err(e) => {
@@ -289,6 +307,21 @@ fn append_failed(e: AppendError) -> Produced {
         AppendError::Empty => ResponseError::CorruptMessage,
         AppendError::Storage(_) => ResponseError::KafkaStorageError,
         AppendError::Closed => ResponseError::NotLeaderOrFollower,
+    };
+    Produced::failed(error, e.to_string())
+}
+
+fn recompress_failed(e: recompress::RecompressError) -> Produced {
+    use recompress::RecompressError as E;
+    let error = match &e {
+        E::InvalidBatch { source, .. } => match source {
+            BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+            BatchError::TooLarge { .. } => ResponseError::MessageTooLarge,
+            _ => ResponseError::CorruptMessage,
+        },
+        E::TooLarge { .. } => ResponseError::RecordListTooLarge,
+        E::Decompress { .. } | E::BadRecords { .. } => ResponseError::CorruptMessage,
+        E::Compress { .. } => ResponseError::UnknownServerError,
     };
     Produced::failed(error, e.to_string())
 }

@@ -8,12 +8,16 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use model::{Applied, ClusterMetadata, Command, NodeId, PartitionState, Topic, TopicId};
+use model::{
+    Applied, ClusterMetadata, Command, ConfigResource, NodeId, PartitionState, Topic, TopicId,
+};
 use net::kafka_protocol::ResponseError;
 
+use crate::config_ops::{self, ConfigOp};
 use crate::controller::{self, Outcomes};
 use crate::group::{self, OFFSETS_TOPIC};
 use crate::metadata::{TopicError, TopicResult};
+use crate::resource_config;
 use crate::shard::Shard;
 use crate::topic_config;
 
@@ -41,13 +45,6 @@ pub enum Replication {
     Factor(i16),
     /// The client's own: partition i's replicas, the first the preferred leader.
     Assigned(Vec<Vec<NodeId>>),
-}
-
-/// A change to one topic setting.
-#[derive(Debug, Clone)]
-pub enum ConfigOp {
-    Set(String, String),
-    Delete(String),
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not "." or "..".
@@ -199,26 +196,71 @@ pub async fn alter_configs(
     validate_only: bool,
 ) -> Vec<TopicResult> {
     let metadata = shard.metadata();
+    let defaults = &shard.config.topic_defaults;
+    let inherited = resource_config::inherited(&metadata, shard.node());
     let planned = changes
         .into_iter()
         .map(|(name, ops)| {
             let topic = visible(&metadata, &name)?;
             let mut configs = topic.configs.clone();
-            for op in ops {
-                match op {
-                    ConfigOp::Set(key, value) => {
-                        topic_config::check(&key, &value).map_err(invalid_config)?;
-                        configs.insert(key, value);
-                    }
-                    ConfigOp::Delete(key) => {
-                        topic_config::check_name(&key).map_err(invalid_config)?;
-                        configs.remove(&key);
-                    }
-                }
-            }
+            let base =
+                |key: &str| topic_config::value_of(key, &BTreeMap::new(), &inherited, defaults);
+            let rules = config_ops::Rules {
+                check: &topic_config::check,
+                check_name: &topic_config::check_name,
+                is_list: &topic_config::is_list,
+                inherited: &base,
+            };
+            config_ops::apply(&mut configs, ops, &rules).map_err(invalid_config)?;
             Ok((!validate_only).then(|| Command::SetTopicConfigs {
                 name: name.clone(),
                 id: topic.id,
+                configs,
+            }))
+        })
+        .collect();
+    propose_planned(shard, planned).await
+}
+
+/// Changes the run-time settings of brokers and groups (each change checked on its own; a
+/// refused one changes nothing of its resource).
+pub async fn alter_resource_configs(
+    shard: &Rc<Shard>,
+    changes: Vec<(ConfigResource, Vec<ConfigOp>)>,
+    validate_only: bool,
+) -> Vec<TopicResult> {
+    let metadata = shard.metadata();
+    let defaults = &shard.config.topic_defaults;
+    let inherited = resource_config::inherited(&metadata, shard.node());
+    let planned = changes
+        .into_iter()
+        .map(|(resource, ops)| {
+            let mut configs = metadata
+                .resource_configs
+                .get(&resource)
+                .cloned()
+                .unwrap_or_default();
+            let base = |name: &str| match &resource {
+                ConfigResource::Broker(_) => {
+                    topic_config::describe_broker_defaults(&inherited, defaults)
+                        .into_iter()
+                        .find(|d| d.name == name)
+                        .map(|d| d.value)
+                }
+                ConfigResource::Group(_) => None,
+            };
+            let check = |name: &str, value: &str| resource_config::check(&resource, name, value);
+            let check_name = |name: &str| resource_config::check_name(&resource, name);
+            let rules = config_ops::Rules {
+                check: &check,
+                check_name: &check_name,
+                is_list: &topic_config::is_list,
+                inherited: &base,
+            };
+            config_ops::apply(&mut configs, ops, &rules).map_err(invalid_config)?;
+            resource_config::check_set(&resource, &configs).map_err(invalid_config)?;
+            Ok((!validate_only).then(|| Command::SetResourceConfigs {
+                resource: resource.clone(),
                 configs,
             }))
         })

@@ -183,8 +183,12 @@ impl Shard {
                 }
             }
         }
+        let inherited = crate::resource_config::inherited(&metadata, self.config.node_id);
         for topic in metadata.topics.values() {
-            let log_config = topic_config::log_config(&topic.configs, &self.config.topic_defaults);
+            let log_config =
+                topic_config::log_config(&topic.configs, &inherited, &self.config.topic_defaults);
+            let compression =
+                topic_config::compression(&topic.configs, &inherited, &self.config.topic_defaults);
             for (index, state) in (0..).zip(&topic.partitions) {
                 if routing::hosting_shard(&metadata, self.node(), topic, index) != Some(self.id) {
                     continue;
@@ -193,6 +197,7 @@ impl Shard {
                     Some(p) => {
                         p.log.set_config(log_config.clone());
                         p.set_leader_epoch(state.leader_epoch);
+                        p.set_compression(compression);
                     }
                     None => {
                         let dir = self.config.data_dir.join(format!("{}-{index}", topic.name));
@@ -211,6 +216,7 @@ impl Shard {
                             log,
                             state.leader_epoch,
                         ));
+                        partition.set_compression(compression);
                         let mut partitions = self.partitions.borrow_mut();
                         let slots = partitions.entry(topic.name.clone()).or_default();
                         if slots.len() <= index as usize {

@@ -20,6 +20,23 @@ pub enum ConfigType {
     String = 2,
 }
 
+/// Where a setting's value comes from: Kafka's DescribeConfigs `ConfigSource` numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    Topic = 1,
+    /// Set at run time for this broker.
+    DynamicBroker = 2,
+    /// Set at run time for every broker (resource name "").
+    DynamicDefaultBroker = 3,
+    StaticBroker = 4,
+    Default = 5,
+    Group = 8,
+}
+
+/// The settings a topic takes from dynamic broker settings where it sets none of its own, by
+/// topic name, each with where it comes from.
+pub type Inherited = BTreeMap<&'static str, (String, ConfigSource)>;
+
 /// A setting a topic may carry.
 struct Key {
     name: &'static str,
@@ -87,9 +104,9 @@ const KEYS: &[Key] = &[
         name: "compression.type",
         broker_name: "compression.type",
         kind: ConfigType::String,
-        check: |v| match v {
-            "producer" => Ok(()),
-            _ => Err("only producer is supported: the broker keeps batches as sent".into()),
+        check: |v| match crate::recompress::TopicCompression::parse(v) {
+            Some(_) => Ok(()),
+            None => Err("must be producer, uncompressed, gzip, snappy, lz4 or zstd".into()),
         },
         default: |_| "producer".into(),
         apply: None,
@@ -207,10 +224,88 @@ pub fn check(name: &str, value: &str) -> Result<(), String> {
     (key.check)(value).map_err(|why| format!("invalid value {value} for {name}: {why}"))
 }
 
-/// A topic's log settings: the defaults with its own settings applied.
-pub fn log_config(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults) -> LogConfig {
+fn key_of_broker_setting(broker_name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.broker_name == broker_name)
+}
+
+/// Checks a dynamic broker setting: the broker-wide default of a topic setting, under its broker
+/// name (`log.retention.ms`). The error is the message for INVALID_CONFIG.
+pub fn check_broker_setting(name: &str, value: &str) -> Result<(), String> {
+    let key = key_of_broker_setting(name).ok_or_else(|| not_dynamic(name))?;
+    (key.check)(value).map_err(|why| format!("invalid value {value} for {name}: {why}"))
+}
+
+/// Checks that a dynamic broker setting exists (to delete it).
+pub fn check_broker_setting_name(name: &str) -> Result<(), String> {
+    key_of_broker_setting(name)
+        .map(|_| ())
+        .ok_or_else(|| not_dynamic(name))
+}
+
+fn not_dynamic(name: &str) -> String {
+    format!("{name} cannot be changed at run time (only the defaults of topic settings can)")
+}
+
+/// Whether a setting holds a comma-separated list (APPEND and SUBTRACT apply to it), by topic or
+/// broker name.
+pub fn is_list(name: &str) -> bool {
+    key(name)
+        .or_else(|| key_of_broker_setting(name))
+        .is_some_and(|k| k.kind == ConfigType::List)
+}
+
+/// What topics inherit from dynamic broker settings (by broker name): the cluster-wide ones, and
+/// this broker's over them.
+pub fn inherited(
+    cluster: &BTreeMap<String, String>,
+    broker: &BTreeMap<String, String>,
+) -> Inherited {
+    let mut inherited = Inherited::new();
+    for (settings, source) in [
+        (cluster, ConfigSource::DynamicDefaultBroker),
+        (broker, ConfigSource::DynamicBroker),
+    ] {
+        for (name, value) in settings {
+            if let Some(k) = key_of_broker_setting(name) {
+                inherited.insert(k.name, (value.clone(), source));
+            }
+        }
+    }
+    inherited
+}
+
+/// A topic's value of one setting: its own, else inherited, else the static default.
+pub fn value_of(
+    name: &str,
+    overrides: &BTreeMap<String, String>,
+    inherited: &Inherited,
+    defaults: &TopicDefaults,
+) -> Option<String> {
+    let k = key(name)?;
+    Some(describe_key(k, overrides, inherited, defaults).value)
+}
+
+/// A topic's `compression.type` (its own, inherited or the default).
+pub fn compression(
+    overrides: &BTreeMap<String, String>,
+    inherited: &Inherited,
+    defaults: &TopicDefaults,
+) -> crate::recompress::TopicCompression {
+    value_of("compression.type", overrides, inherited, defaults)
+        .and_then(|v| crate::recompress::TopicCompression::parse(&v))
+        .unwrap_or(crate::recompress::TopicCompression::Producer)
+}
+
+/// A topic's log settings: the defaults, then what it inherits, then its own settings.
+pub fn log_config(
+    overrides: &BTreeMap<String, String>,
+    inherited: &Inherited,
+    defaults: &TopicDefaults,
+) -> LogConfig {
     let mut config = defaults.log.clone();
-    for (name, value) in overrides {
+    let inherited = inherited.iter().map(|(name, (value, _))| (*name, value));
+    let own = overrides.iter().map(|(name, value)| (name.as_str(), value));
+    for (name, value) in inherited.chain(own) {
         if let Some(k) = key(name)
             && let Some(apply) = k.apply
             && (k.check)(value).is_ok()
@@ -226,39 +321,55 @@ pub fn log_config(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults
 pub struct Described {
     pub name: &'static str,
     pub value: String,
-    /// Set on the topic (Kafka's TOPIC_CONFIG) rather than inherited (DEFAULT_CONFIG).
-    pub is_topic_setting: bool,
+    pub source: ConfigSource,
     pub kind: ConfigType,
 }
 
+fn describe_key(
+    k: &'static Key,
+    overrides: &BTreeMap<String, String>,
+    inherited: &Inherited,
+    defaults: &TopicDefaults,
+) -> Described {
+    let (value, source) = match (overrides.get(k.name), inherited.get(k.name)) {
+        (Some(v), _) => (v.clone(), ConfigSource::Topic),
+        (None, Some((v, source))) => (v.clone(), *source),
+        (None, None) => ((k.default)(defaults), ConfigSource::Default),
+    };
+    Described {
+        name: k.name,
+        value,
+        source,
+        kind: k.kind,
+    }
+}
+
 /// Every setting of a topic with its value and where the value comes from.
-pub fn describe(overrides: &BTreeMap<String, String>, defaults: &TopicDefaults) -> Vec<Described> {
+pub fn describe(
+    overrides: &BTreeMap<String, String>,
+    inherited: &Inherited,
+    defaults: &TopicDefaults,
+) -> Vec<Described> {
     KEYS.iter()
-        .map(|k| match overrides.get(k.name) {
-            Some(v) => Described {
-                name: k.name,
-                value: v.clone(),
-                is_topic_setting: true,
-                kind: k.kind,
-            },
-            None => Described {
-                name: k.name,
-                value: (k.default)(defaults),
-                is_topic_setting: false,
-                kind: k.kind,
-            },
-        })
+        .map(|k| describe_key(k, overrides, inherited, defaults))
         .collect()
 }
 
-/// The broker's defaults for topic settings, under their broker names.
-pub fn describe_broker_defaults(defaults: &TopicDefaults) -> Vec<Described> {
+/// The broker's defaults for topic settings, under their broker names: set at run time for this
+/// broker, else for every broker, else at start.
+pub fn describe_broker_defaults(inherited: &Inherited, defaults: &TopicDefaults) -> Vec<Described> {
     KEYS.iter()
-        .map(|k| Described {
-            name: k.broker_name,
-            value: (k.default)(defaults),
-            is_topic_setting: false,
-            kind: k.kind,
+        .map(|k| {
+            let (value, source) = inherited
+                .get(k.name)
+                .cloned()
+                .unwrap_or_else(|| ((k.default)(defaults), ConfigSource::StaticBroker));
+            Described {
+                name: k.broker_name,
+                value,
+                source,
+                kind: k.kind,
+            }
         })
         .collect()
 }
@@ -280,7 +391,7 @@ mod tests {
         o.insert("retention.ms".to_string(), "-1".to_string());
         o.insert("segment.bytes".to_string(), "1048576".to_string());
         o.insert("flush.messages".to_string(), "1".to_string());
-        let c = log_config(&o, &defaults());
+        let c = log_config(&o, &Inherited::new(), &defaults());
         assert_eq!(c.retention_ms, None);
         assert_eq!(c.segment_bytes_max, 1 << 20);
         assert_eq!(c.flush_messages, Some(1));
@@ -289,14 +400,14 @@ mod tests {
 
     #[test]
     fn defaults_are_reported_as_kafka_writes_them() {
-        let d = describe(&BTreeMap::new(), &defaults());
+        let d = describe(&BTreeMap::new(), &Inherited::new(), &defaults());
         let get = |n: &str| d.iter().find(|x| x.name == n).unwrap().value.clone();
         assert_eq!(get("retention.ms"), "604800000");
         assert_eq!(get("retention.bytes"), "-1");
         assert_eq!(get("segment.bytes"), "1073741824");
         assert_eq!(get("cleanup.policy"), "delete");
         assert_eq!(get("flush.ms"), i64::MAX.to_string());
-        assert!(d.iter().all(|x| !x.is_topic_setting));
+        assert!(d.iter().all(|x| x.source == ConfigSource::Default));
     }
 
     #[test]

@@ -290,6 +290,42 @@ const DESCRIBE_CONFIGS: Layout = Layout {
     ],
 };
 
+/// An ACL binding or filter: resource type, name, pattern type, principal, host, operation,
+/// permission type.
+const ACL: &[Field] = &[
+    all(I8),
+    all(STR),
+    all(I8),
+    all(STR),
+    all(STR),
+    all(I8),
+    all(I8),
+];
+
+const DESCRIBE_ACLS: Layout = Layout {
+    flexible_min: 2,
+    fields: ACL,
+};
+
+const CREATE_ACLS: Layout = Layout {
+    flexible_min: 2,
+    fields: &[all(Kind::Structs(ACL))],
+};
+
+const DELETE_ACLS: Layout = CREATE_ACLS;
+
+const ALTER_CONFIGS: Layout = Layout {
+    flexible_min: 2,
+    fields: &[
+        all(Kind::Structs(&[
+            all(I8),                                   // resource type
+            all(STR),                                  // resource name
+            all(Kind::Structs(&[all(STR), all(STR)])), // configs: name, value
+        ])),
+        all(BOOL), // validate only
+    ],
+};
+
 const INCREMENTAL_ALTER_CONFIGS: Layout = Layout {
     flexible_min: 1,
     fields: &[
@@ -305,6 +341,17 @@ const INCREMENTAL_ALTER_CONFIGS: Layout = Layout {
 const DESCRIBE_CLUSTER: Layout = Layout {
     flexible_min: 0,
     fields: &[all(BOOL), from(1, I8), from(2, BOOL)],
+};
+
+const DELETE_RECORDS: Layout = Layout {
+    flexible_min: 2,
+    fields: &[
+        all(Kind::Structs(&[
+            all(STR),                                  // topic
+            all(Kind::Structs(&[all(I32), all(I64)])), // partition index, offset
+        ])),
+        all(I32), // timeout ms
+    ],
 };
 
 const INIT_PRODUCER_ID: Layout = Layout {
@@ -342,8 +389,13 @@ pub(crate) fn layout(api_key: ApiKey) -> Option<Layout> {
         ApiKey::DeleteTopics => DELETE_TOPICS,
         ApiKey::CreatePartitions => CREATE_PARTITIONS,
         ApiKey::DescribeConfigs => DESCRIBE_CONFIGS,
+        ApiKey::DescribeAcls => DESCRIBE_ACLS,
+        ApiKey::CreateAcls => CREATE_ACLS,
+        ApiKey::DeleteAcls => DELETE_ACLS,
+        ApiKey::AlterConfigs => ALTER_CONFIGS,
         ApiKey::IncrementalAlterConfigs => INCREMENTAL_ALTER_CONFIGS,
         ApiKey::DescribeCluster => DESCRIBE_CLUSTER,
+        ApiKey::DeleteRecords => DELETE_RECORDS,
         ApiKey::InitProducerId => INIT_PRODUCER_ID,
         ApiKey::OffsetDelete => OFFSET_DELETE,
         _ => return None,

@@ -246,6 +246,37 @@ pub fn stamp_log_append_time(batch: &mut [u8], header: &BatchHeader, now_ms: i64
     }
 }
 
+impl Compression {
+    /// The attribute bits that name this codec.
+    pub fn bits(self) -> i16 {
+        match self {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+            Compression::Unknown(bits) => i16::from(bits) & COMPRESSION_MASK,
+        }
+    }
+}
+
+/// A batch with the header of `batch` (offsets, timestamps, producer, count, the other attribute
+/// bits) around a new records section in `compression`, with its length and CRC: what a
+/// broker that recompresses a batch to its topic's codec stores.
+pub fn with_records(batch: &[u8], compression: Compression, records: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + records.len());
+    out.extend_from_slice(&batch[..HEADER_BYTES]);
+    out.extend_from_slice(records);
+    let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    out[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
+    let attributes = i16::from_be_bytes(array(&out, ATTRIBUTES_AT));
+    let attributes = (attributes & !COMPRESSION_MASK) | compression.bits();
+    out[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
+    out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
 /// The offset and timestamp of the first record whose timestamp is at least `target_ms`, for a
 /// batch whose `max_timestamp` is known to be at least `target_ms` (what ListOffsets answers:
 /// Kafka gives the record's own timestamp). Every record of a LogAppendTime batch has the batch's

@@ -20,6 +20,7 @@
 //!   travels.
 //! - [`log`]: appends, reads, retention, truncation, close; the background flusher.
 //! - [`recovery`]: opening a log directory and recovering it.
+//! - `start_offset`: the log start offset DeleteRecords moves, kept in its own small file.
 
 pub mod batch;
 pub mod cache;
@@ -31,6 +32,7 @@ pub mod log;
 mod readahead;
 mod recovery;
 mod segment;
+mod start_offset;
 pub mod watermark;
 mod writer;
 
@@ -40,4 +42,5 @@ pub use config::{IoMode, LogConfig, StorageConfig};
 pub use error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 pub use file::{ResolvedIoMode, resolve_io_mode};
 pub use log::{AppendInfo, Log, ShardStorage};
+pub use start_offset::DeleteRecordsError;
 pub use watermark::Watermark;

@@ -24,6 +24,7 @@ use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::file::{self, ResolvedIoMode, SegmentFile};
 use crate::readahead::{self, Continuation, ReadAhead};
 use crate::segment::{self, Segment};
+use crate::start_offset::StartOffset;
 use crate::watermark::{Reached, Watermark};
 use crate::writer::{SegmentWriter, WriterLimits};
 
@@ -98,6 +99,8 @@ pub struct Log {
     pub(crate) closed: Cell<bool>,
     /// The stretch of a segment read ahead of the last read from disk.
     pub(crate) readahead: RefCell<Option<ReadAhead>>,
+    /// Where DeleteRecords moved the start (`crate::start_offset`).
+    pub(crate) start: StartOffset,
 }
 
 #[derive(Debug)]
@@ -161,8 +164,9 @@ impl Log {
         *self.config.borrow_mut() = config.clamped();
     }
 
+    /// The first offset readable: the first segment's base, or where DeleteRecords moved it.
     pub fn log_start_offset(&self) -> i64 {
-        self.state.borrow().log_start_offset()
+        self.state.borrow().log_start_offset().max(self.start.get())
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -452,7 +456,7 @@ impl Log {
                 if self.closed.get() {
                     return Err(ReadError::Closed);
                 }
-                let log_start_offset = state.log_start_offset();
+                let log_start_offset = state.log_start_offset().max(self.start.get());
                 let log_end_offset = self.end_offset.get();
                 if offset < log_start_offset || offset > log_end_offset {
                     return Err(ReadError::OffsetOutOfRange {
@@ -671,7 +675,14 @@ impl Log {
             let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
             let sealed = state.segments.values().take(state.segments.len() - 1);
             let mut doomed = Vec::new();
+            let records_start = self.start.get();
             for s in sealed {
+                if s.next_offset <= records_start {
+                    // Below where DeleteRecords moved the start (left by a crash).
+                    total -= s.size_bytes;
+                    doomed.push(s.base_offset);
+                    continue;
+                }
                 let over_size = config
                     .retention_bytes
                     .is_some_and(|max| total.saturating_sub(s.size_bytes) >= max);

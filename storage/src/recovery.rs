@@ -21,6 +21,7 @@ use crate::file::{self, SegmentFile};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::log::{Log, ShardStorage, State, now_ms};
 use crate::segment::{self, Segment};
+use crate::start_offset::StartOffset;
 use crate::watermark::Watermark;
 use crate::writer::SegmentWriter;
 
@@ -98,6 +99,7 @@ impl ShardStorage {
             sync_wanted: Watermark::new(end),
             closed: Cell::new(false),
             readahead: RefCell::new(None),
+            start: StartOffset::load(dir, self.io_mode).await?,
         });
         glommio::spawn_local(log.clone().run_flusher()).detach();
         tracing::debug!(

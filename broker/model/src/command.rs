@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::ids::{NodeId, TopicId};
-use crate::metadata::{BrokerRegistration, ClusterMetadata, PartitionState, Topic};
+use crate::metadata::{BrokerRegistration, ClusterMetadata, ConfigResource, PartitionState, Topic};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -45,6 +45,11 @@ pub enum Command {
     },
     /// The next block of producer ids, taken for one shard of one node.
     TakeProducerIdBlock,
+    /// A broker's or group's whole set of run-time settings, replaced; empty removes them.
+    SetResourceConfigs {
+        resource: ConfigResource,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// What applying a command did.
@@ -172,6 +177,18 @@ fn change(m: &mut ClusterMetadata, command: &Command) -> Result<Applied, ApplyEr
                 return Err(stale("a new leader needs a new leader epoch"));
             }
             *current = state.clone();
+            Ok(Applied::Changed)
+        }
+        Command::SetResourceConfigs { resource, configs } => {
+            let current = m.resource_configs.get(resource);
+            if current.map_or(configs.is_empty(), |c| c == configs) {
+                return Ok(Applied::Unchanged);
+            }
+            if configs.is_empty() {
+                m.resource_configs.remove(resource);
+            } else {
+                m.resource_configs.insert(resource.clone(), configs.clone());
+            }
             Ok(Applied::Changed)
         }
         Command::TakeProducerIdBlock => {
@@ -328,6 +345,27 @@ mod tests {
             Err(ApplyError::BadReplicas("orders".into()))
         );
         assert_eq!(m.topics["orders"].partitions[0].leader, Some(NodeId(2)));
+    }
+
+    #[test]
+    fn resource_configs_are_replaced_whole_and_removed_when_empty() {
+        let mut m = cluster();
+        let resource = ConfigResource::Broker(String::new());
+        let mut configs = BTreeMap::new();
+        configs.insert("log.retention.ms".to_string(), "1000".to_string());
+        let set = |configs: &BTreeMap<String, String>| Command::SetResourceConfigs {
+            resource: resource.clone(),
+            configs: configs.clone(),
+        };
+        assert_eq!(apply(&mut m, &set(&configs)), Ok(Applied::Changed));
+        assert_eq!(apply(&mut m, &set(&configs)), Ok(Applied::Unchanged));
+        assert_eq!(m.resource_configs[&resource], configs);
+        assert_eq!(apply(&mut m, &set(&BTreeMap::new())), Ok(Applied::Changed));
+        assert!(m.resource_configs.is_empty());
+        assert_eq!(
+            apply(&mut m, &set(&BTreeMap::new())),
+            Ok(Applied::Unchanged)
+        );
     }
 
     #[test]

@@ -15,4 +15,6 @@ pub mod snapshot;
 
 pub use command::{Applied, ApplyError, Command, apply};
 pub use ids::{LeaderEpoch, NodeId, PartitionEpoch, ShardId, TopicId};
-pub use metadata::{BrokerRegistration, ClusterMetadata, PartitionState, Topic};
+pub use metadata::{
+    BrokerRegistration, ClusterMetadata, ConfigResource, PartitionState, ResourceConfigs, Topic,
+};

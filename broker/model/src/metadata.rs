@@ -80,6 +80,45 @@ pub struct BrokerRegistration {
     pub fenced: bool,
 }
 
+/// Something other than a topic whose settings can be changed at run time (Kafka's config
+/// resources of types 4 and 32).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConfigResource {
+    /// A broker by id, or "" for the defaults of every broker.
+    Broker(String),
+    Group(String),
+}
+
+impl ConfigResource {
+    /// Kafka's config resource types.
+    pub const BROKER: i8 = 4;
+    pub const GROUP: i8 = 32;
+
+    pub fn from_wire(resource_type: i8, name: &str) -> Option<ConfigResource> {
+        match resource_type {
+            Self::BROKER => Some(ConfigResource::Broker(name.to_owned())),
+            Self::GROUP => Some(ConfigResource::Group(name.to_owned())),
+            _ => None,
+        }
+    }
+
+    pub fn wire_type(&self) -> i8 {
+        match self {
+            ConfigResource::Broker(_) => Self::BROKER,
+            ConfigResource::Group(_) => Self::GROUP,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            ConfigResource::Broker(name) | ConfigResource::Group(name) => name,
+        }
+    }
+}
+
+/// Every resource's run-time settings, the empty ones left out.
+pub type ResourceConfigs = BTreeMap<ConfigResource, BTreeMap<String, String>>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMetadata {
     /// Grows with every change, so a shard can tell newer metadata from older.
@@ -90,6 +129,8 @@ pub struct ClusterMetadata {
     /// The last block of producer ids handed out; every block is taken once, through the
     /// controller, and committed before any of its ids is used.
     pub producer_id_block: u64,
+    /// Settings of brokers and groups changed at run time.
+    pub resource_configs: ResourceConfigs,
 }
 
 impl ClusterMetadata {
@@ -101,6 +142,7 @@ impl ClusterMetadata {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             producer_id_block: 0,
+            resource_configs: BTreeMap::new(),
         }
     }
 

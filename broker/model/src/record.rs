@@ -7,8 +7,9 @@ use schema::metadata as fb;
 use crate::command::Command;
 use crate::ids::{NodeId, TopicId};
 use crate::snapshot::{
-    decode_broker, decode_configs, decode_partition, decode_topic, decode_uuid, encode_broker,
-    encode_configs, encode_partition, encode_topic, encode_uuid,
+    decode_broker, decode_configs, decode_partition, decode_resource_configs, decode_topic,
+    decode_uuid, encode_broker, encode_configs, encode_partition, encode_resource_configs,
+    encode_topic, encode_uuid,
 };
 
 /// Marks a record (the snapshot's is "SPMD").
@@ -99,6 +100,14 @@ pub fn encode(command: &Command) -> Vec<u8> {
             let t = fb::TakeProducerIdBlock::create(&mut b, &fb::TakeProducerIdBlockArgs {});
             (fb::Change::TakeProducerIdBlock, t.as_union_value())
         }
+        Command::SetResourceConfigs { resource, configs } => {
+            let resource = encode_resource_configs(&mut b, resource, configs);
+            let args = fb::SetResourceConfigsArgs {
+                resource: Some(resource),
+            };
+            let t = fb::SetResourceConfigs::create(&mut b, &args);
+            (fb::Change::SetResourceConfigs, t.as_union_value())
+        }
     };
     let record = fb::Record::create(
         &mut b,
@@ -178,6 +187,13 @@ pub fn decode(bytes: &[u8]) -> Result<Command, String> {
                 .ok_or_else(missing)?;
             Command::TakeProducerIdBlock
         }
+        fb::Change::SetResourceConfigs => {
+            let c = record
+                .change_as_set_resource_configs()
+                .ok_or_else(missing)?;
+            let (resource, configs) = decode_resource_configs(c.resource())?;
+            Command::SetResourceConfigs { resource, configs }
+        }
         other => return Err(format!("unknown record kind {other:?}")),
     };
     Ok(command)
@@ -228,6 +244,10 @@ mod tests {
                 state,
             },
             Command::TakeProducerIdBlock,
+            Command::SetResourceConfigs {
+                resource: crate::metadata::ConfigResource::Group("g".into()),
+                configs: BTreeMap::new(),
+            },
         ]
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use schema::metadata as fb;
 
 use crate::ids::{LeaderEpoch, NodeId, PartitionEpoch, TopicId};
-use crate::metadata::{BrokerRegistration, ClusterMetadata, PartitionState, Topic};
+use crate::metadata::{BrokerRegistration, ClusterMetadata, ConfigResource, PartitionState, Topic};
 
 pub fn encode(m: &ClusterMetadata) -> Vec<u8> {
     let mut b = flatbuffers::FlatBufferBuilder::new();
@@ -20,6 +20,12 @@ pub fn encode(m: &ClusterMetadata) -> Vec<u8> {
         .map(|r| encode_broker(&mut b, r))
         .collect();
     let brokers = b.create_vector(&brokers);
+    let resource_configs: Vec<_> = m
+        .resource_configs
+        .iter()
+        .map(|(resource, configs)| encode_resource_configs(&mut b, resource, configs))
+        .collect();
+    let resource_configs = b.create_vector(&resource_configs);
     let cluster_id = b.create_string(&m.cluster_id);
     let root = fb::Metadata::create(
         &mut b,
@@ -29,6 +35,7 @@ pub fn encode(m: &ClusterMetadata) -> Vec<u8> {
             topics: Some(topics),
             producer_id_block: m.producer_id_block,
             brokers: Some(brokers),
+            resource_configs: Some(resource_configs),
         },
     );
     b.finish(root, Some("SPMD"));
@@ -95,6 +102,31 @@ pub(crate) fn encode_configs<'b>(
     b.create_vector(&entries)
 }
 
+pub(crate) fn encode_resource_configs<'b>(
+    b: &mut flatbuffers::FlatBufferBuilder<'b>,
+    resource: &ConfigResource,
+    configs: &BTreeMap<String, String>,
+) -> flatbuffers::WIPOffset<fb::ResourceConfigs<'b>> {
+    let name = b.create_string(resource.name());
+    let configs = encode_configs(b, configs);
+    fb::ResourceConfigs::create(
+        b,
+        &fb::ResourceConfigsArgs {
+            resource_type: resource.wire_type(),
+            name: Some(name),
+            configs: Some(configs),
+        },
+    )
+}
+
+pub(crate) fn decode_resource_configs(
+    r: fb::ResourceConfigs<'_>,
+) -> Result<(ConfigResource, BTreeMap<String, String>), String> {
+    let resource = ConfigResource::from_wire(r.resource_type(), r.name())
+        .ok_or_else(|| format!("unknown config resource type {}", r.resource_type()))?;
+    Ok((resource, decode_configs(r.configs())))
+}
+
 pub(crate) fn encode_uuid(id: TopicId) -> fb::Uuid {
     let (high, low) = id.0.as_u64_pair();
     fb::Uuid::new(high, low)
@@ -151,12 +183,20 @@ pub fn decode(bytes: &[u8], legacy_node: NodeId) -> Result<ClusterMetadata, Stri
         let broker = decode_broker(r)?;
         brokers.insert(broker.id, broker);
     }
+    let mut resource_configs = BTreeMap::new();
+    for r in root.resource_configs().iter().flatten() {
+        let (resource, configs) = decode_resource_configs(r)?;
+        if !configs.is_empty() {
+            resource_configs.insert(resource, configs);
+        }
+    }
     Ok(ClusterMetadata {
         version: root.version(),
         cluster_id: root.cluster_id().to_string(),
         brokers,
         topics,
         producer_id_block: root.producer_id_block(),
+        resource_configs,
     })
 }
 
@@ -243,6 +283,15 @@ pub(crate) mod tests {
                 },
             );
         }
+        let mut group = BTreeMap::new();
+        group.insert(
+            "consumer.session.timeout.ms".to_string(),
+            "50000".to_string(),
+        );
+        m.resource_configs
+            .insert(ConfigResource::Group("g".to_string()), group.clone());
+        m.resource_configs
+            .insert(ConfigResource::Broker(String::new()), group);
         for (name, internal) in [("orders", false), ("__consumer_offsets", true)] {
             let mut configs = BTreeMap::new();
             configs.insert("retention.ms".to_string(), "1000".to_string());
@@ -307,6 +356,7 @@ pub(crate) mod tests {
                 topics: Some(topics),
                 producer_id_block: 2,
                 brokers: None,
+                resource_configs: None,
             },
         );
         b.finish(root, Some("SPMD"));

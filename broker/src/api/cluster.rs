@@ -10,13 +10,10 @@ use net::kafka_protocol::messages::{
 };
 use net::kafka_protocol::protocol::StrBytes;
 
-use crate::api::metadata::OPERATIONS_NOT_ASKED;
+use crate::api::metadata::{CLUSTER_OPERATIONS, authorized_operations};
 use crate::shard::Shard;
 
-pub fn describe_cluster(
-    shard: &Shard,
-    _request: DescribeClusterRequest,
-) -> DescribeClusterResponse {
+pub fn describe_cluster(shard: &Shard, request: DescribeClusterRequest) -> DescribeClusterResponse {
     let metadata = shard.metadata();
     let brokers = metadata
         .live_brokers()
@@ -32,7 +29,10 @@ pub fn describe_cluster(
         .with_cluster_id(StrBytes::from_string(metadata.cluster_id.clone()))
         .with_controller_id(BrokerId(shard.active_controller().0))
         .with_brokers(brokers)
-        .with_cluster_authorized_operations(OPERATIONS_NOT_ASKED)
+        .with_cluster_authorized_operations(authorized_operations(
+            request.include_cluster_authorized_operations,
+            CLUSTER_OPERATIONS,
+        ))
 }
 
 /// Ids for idempotent producers. A producer that asks again with its id and epoch (KIP-360, to

@@ -1,5 +1,6 @@
-//! DescribeConfigs and IncrementalAlterConfigs. Topics' settings can be changed; the broker's
-//! are described (with Kafka's names) but are set at start only.
+//! DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: the settings of topics, of
+//! brokers (their dynamic defaults of topic settings, with the static ones described under
+//! Kafka's names) and of groups.
 
 use std::rc::Rc;
 
@@ -7,34 +8,35 @@ use net::kafka_protocol::ResponseError;
 use net::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
-use net::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use net::kafka_protocol::messages::{
-    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, alter_configs_response,
+    incremental_alter_configs_response,
 };
 use net::kafka_protocol::protocol::StrBytes;
 
-use crate::api::topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
-use crate::proposals::{self, ConfigOp};
+use crate::config_ops::ConfigOp;
+use crate::metadata::{TopicError, TopicResult};
+use crate::proposals;
+use crate::resource_config::{self, BROKER, ConfigResource, GROUP, TOPIC};
 use crate::shard::Shard;
-use crate::topic_config::{self, ConfigType, Described};
-
-/// Kafka's resource types.
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-
-/// Kafka's config source for a setting given to the broker at start.
-const SOURCE_STATIC_BROKER: i8 = 4;
+use crate::topic_config::{self, ConfigSource, ConfigType, Described};
 
 /// Kafka's IncrementalAlterConfigs operations.
 const SET: i8 = 0;
 const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+
+type Refusal = (ResponseError, String);
 
 pub fn describe(
     shard: &Shard,
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
+    let metadata = shard.metadata();
+    let inherited = resource_config::inherited(&metadata, shard.config.node_id);
     let results = request
         .resources
         .into_iter()
@@ -42,76 +44,84 @@ pub fn describe(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
-            let wanted = |d: &Described| {
-                r.configuration_keys
-                    .as_ref()
-                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == d.name))
-            };
-            match r.resource_type {
-                TOPIC => match shard.topic(&r.resource_name).filter(|t| !t.internal) {
-                    Some(topic) => {
-                        let described =
-                            topic_config::describe(&topic.configs, &shard.config.topic_defaults);
-                        result.with_configs(
-                            described
-                                .into_iter()
-                                .filter(wanted)
-                                .map(|d| {
-                                    let source = if d.is_topic_setting {
-                                        SOURCE_TOPIC
-                                    } else {
-                                        SOURCE_DEFAULT
-                                    };
-                                    row(d, source, version)
-                                })
-                                .collect(),
-                        )
-                    }
-                    None => result
-                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        .with_error_message(Some(StrBytes::from_string(format!(
-                            "topic {} does not exist",
-                            r.resource_name.as_str()
-                        )))),
+            let name = r.resource_name.as_str();
+            let rows = match r.resource_type {
+                TOPIC => match shard.topic(name).filter(|t| !t.internal) {
+                    Some(topic) => Ok(topic_config::describe(
+                        &topic.configs,
+                        &inherited,
+                        &shard.config.topic_defaults,
+                    )),
+                    None => Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name} does not exist"),
+                    )),
                 },
-                // The cluster-wide dynamic defaults: there are none.
-                BROKER if r.resource_name.is_empty() => result,
-                BROKER if r.resource_name.as_str() == shard.config.node_id.to_string() => result
-                    .with_configs(
-                        broker_configs(shard)
-                            .into_iter()
-                            .filter(wanted)
-                            .map(|d| row(d, SOURCE_STATIC_BROKER, version))
-                            .collect(),
-                    ),
-                BROKER => result
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(StrBytes::from_string(format!(
-                        "this is broker {}, not {}",
-                        shard.config.node_id,
-                        r.resource_name.as_str()
-                    )))),
-                _ => result
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(StrBytes::from_static_str(
-                        "only topic and broker configs exist",
-                    ))),
+                // The cluster-wide dynamic defaults: only those set, as Kafka lists them.
+                BROKER if name.is_empty() => Ok(topic_config::describe_broker_defaults(
+                    &inherited,
+                    &shard.config.topic_defaults,
+                )
+                .into_iter()
+                .filter(|d| d.source == ConfigSource::DynamicDefaultBroker)
+                .collect()),
+                BROKER => this_broker(shard, name).map(|()| broker_configs(shard, &inherited)),
+                GROUP if name.is_empty() => Err((
+                    ResponseError::InvalidRequest,
+                    "a group's name must not be empty".to_owned(),
+                )),
+                GROUP => Ok(resource_config::describe_group(
+                    metadata
+                        .resource_configs
+                        .get(&ConfigResource::Group(name.to_owned())),
+                )),
+                other => Err((
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other}: only topic, broker and group configs exist"),
+                )),
+            };
+            match rows {
+                Ok(rows) => result.with_configs(
+                    rows.into_iter()
+                        .filter(|d| {
+                            r.configuration_keys
+                                .as_ref()
+                                .is_none_or(|keys| keys.iter().any(|k| k.as_str() == d.name))
+                        })
+                        .map(|d| row(d, version))
+                        .collect(),
+                ),
+                Err((e, message)) => result
+                    .with_error_code(e.code())
+                    .with_error_message(Some(StrBytes::from_string(message))),
             }
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
 }
 
+/// A BROKER resource names this broker (there are no others).
+fn this_broker(shard: &Shard, name: &str) -> Result<(), Refusal> {
+    if name == shard.config.node_id.to_string() {
+        Ok(())
+    } else {
+        Err((
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not {name}", shard.config.node_id),
+        ))
+    }
+}
+
 /// The broker's settings as Kafka names them: the defaults of topic settings, then its own.
-fn broker_configs(shard: &Shard) -> Vec<Described> {
+fn broker_configs(shard: &Shard, inherited: &topic_config::Inherited) -> Vec<Described> {
     let config = &shard.config;
     let own = |name: &'static str, value: String, kind: ConfigType| Described {
         name,
         value,
-        is_topic_setting: false,
+        source: ConfigSource::StaticBroker,
         kind,
     };
-    let mut configs = topic_config::describe_broker_defaults(&config.topic_defaults);
+    let mut configs = topic_config::describe_broker_defaults(inherited, &config.topic_defaults);
     configs.extend([
         own("broker.id", config.node_id.to_string(), ConfigType::Int),
         own("node.id", config.node_id.to_string(), ConfigType::Int),
@@ -145,15 +155,104 @@ fn broker_configs(shard: &Shard) -> Vec<Described> {
 }
 
 /// One DescribeConfigs row as `version` has it.
-fn row(d: Described, source: i8, version: i16) -> DescribeConfigsResourceResult {
+fn row(d: Described, version: i16) -> DescribeConfigsResourceResult {
     let mut c = DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_static_str(d.name))
         .with_value(Some(StrBytes::from_string(d.value)))
-        .with_config_source(source);
+        .with_config_source(d.source as i8);
     if version >= 3 {
         c = c.with_config_type(d.kind as i8);
     }
     c
+}
+
+/// What one resource of an alter request asks: its kind and name, and its changes (or why they
+/// are refused before reaching the controller).
+struct Alteration {
+    resource_type: i8,
+    name: String,
+    ops: Result<Vec<ConfigOp>, Refusal>,
+}
+
+/// Sends every acceptable alteration to the controller (topics and other resources each in
+/// one metadata change) and answers each in request order.
+async fn alter_all(
+    shard: &Rc<Shard>,
+    alterations: Vec<Alteration>,
+    validate_only: bool,
+) -> Vec<(i16, Option<String>)> {
+    let mut topics = Vec::new();
+    let mut others = Vec::new();
+    // Where each answer comes from: an early refusal, or the nth topic or other change.
+    enum From {
+        Refused(Refusal),
+        Topic,
+        Other,
+    }
+    let mut plan = Vec::with_capacity(alterations.len());
+    for a in alterations {
+        let ops = match a.ops {
+            Ok(ops) => ops,
+            Err(refusal) => {
+                plan.push(From::Refused(refusal));
+                continue;
+            }
+        };
+        let resource = match a.resource_type {
+            TOPIC => {
+                topics.push((a.name, ops));
+                plan.push(From::Topic);
+                continue;
+            }
+            BROKER if !a.name.is_empty() => this_broker(shard, &a.name),
+            GROUP if a.name.is_empty() => Err((
+                ResponseError::InvalidRequest,
+                "a group's name must not be empty".to_owned(),
+            )),
+            BROKER | GROUP => Ok(()),
+            other => Err((
+                ResponseError::InvalidRequest,
+                format!("resource type {other}: only topic, broker and group configs exist"),
+            )),
+        }
+        .and_then(|()| {
+            ConfigResource::from_wire(a.resource_type, &a.name).ok_or((
+                ResponseError::InvalidRequest,
+                "not a resource with settings".to_owned(),
+            ))
+        });
+        match resource {
+            Ok(resource) => {
+                others.push((resource, ops));
+                plan.push(From::Other);
+            }
+            Err(refusal) => plan.push(From::Refused(refusal)),
+        }
+    }
+    let mut topic_results = if topics.is_empty() {
+        Vec::new()
+    } else {
+        proposals::alter_configs(shard, topics, validate_only).await
+    }
+    .into_iter();
+    let mut other_results = if others.is_empty() {
+        Vec::new()
+    } else {
+        proposals::alter_resource_configs(shard, others, validate_only).await
+    }
+    .into_iter();
+    let answer = |r: Option<TopicResult>| match r {
+        Some(Ok(())) => (0, None),
+        Some(Err(TopicError { code, message })) => (code.code(), Some(message)),
+        None => (ResponseError::UnknownServerError.code(), None),
+    };
+    plan.into_iter()
+        .map(|from| match from {
+            From::Refused((e, m)) => (e.code(), Some(m)),
+            From::Topic => answer(topic_results.next()),
+            From::Other => answer(other_results.next()),
+        })
+        .collect()
 }
 
 pub async fn alter(
@@ -161,58 +260,39 @@ pub async fn alter(
     request: IncrementalAlterConfigsRequest,
     _version: i16,
 ) -> IncrementalAlterConfigsResponse {
-    let mut changes = Vec::new();
-    let mut early = Vec::new();
-    for r in &request.resources {
-        let refusal = if r.resource_type != TOPIC {
-            Some((
-                ResponseError::InvalidRequest,
-                "only topic settings can be changed".to_string(),
-            ))
-        } else {
-            r.configs
-                .iter()
-                .find(|c| c.config_operation != SET && c.config_operation != DELETE)
-                .map(|c| {
-                    (
-                        ResponseError::InvalidConfig,
-                        format!("{}: topic settings are not lists", c.name.as_str()),
-                    )
-                })
-        };
-        if refusal.is_none() {
-            let ops = r
+    let alterations = request
+        .resources
+        .iter()
+        .map(|r| Alteration {
+            resource_type: r.resource_type,
+            name: r.resource_name.to_string(),
+            ops: r
                 .configs
                 .iter()
-                .map(|c| match c.config_operation {
-                    SET => ConfigOp::Set(
-                        c.name.to_string(),
-                        c.value.as_ref().map_or(String::new(), |v| v.to_string()),
-                    ),
-                    _ => ConfigOp::Delete(c.name.to_string()),
+                .map(|c| {
+                    let name = c.name.to_string();
+                    let value = c.value.as_ref().map_or(String::new(), |v| v.to_string());
+                    match c.config_operation {
+                        SET => Ok(ConfigOp::Set(name, value)),
+                        DELETE => Ok(ConfigOp::Delete(name)),
+                        APPEND => Ok(ConfigOp::Append(name, value)),
+                        SUBTRACT => Ok(ConfigOp::Subtract(name, value)),
+                        other => Err((
+                            ResponseError::InvalidRequest,
+                            format!("{name}: unknown config operation {other}"),
+                        )),
+                    }
                 })
-                .collect();
-            changes.push((r.resource_name.to_string(), ops));
-        }
-        early.push(refusal);
-    }
-    let mut done = proposals::alter_configs(shard, changes, request.validate_only)
-        .await
-        .into_iter();
+                .collect(),
+        })
+        .collect();
+    let answers = alter_all(shard, alterations, request.validate_only).await;
     let responses = request
         .resources
         .into_iter()
-        .zip(early)
-        .map(|(r, refusal)| {
-            let (code, message) = match refusal {
-                Some((e, m)) => (e.code(), Some(m)),
-                None => match done.next() {
-                    Some(Ok(())) => (0, None),
-                    Some(Err(e)) => (e.code.code(), Some(e.message)),
-                    None => (ResponseError::UnknownServerError.code(), None),
-                },
-            };
-            AlterConfigsResourceResponse::default()
+        .zip(answers)
+        .map(|(r, (code, message))| {
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name)
                 .with_error_code(code)
@@ -220,4 +300,41 @@ pub async fn alter(
         })
         .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The legacy AlterConfigs: each resource's settings become exactly the ones given; every
+/// other setting goes back to its inherited value.
+pub async fn alter_legacy(
+    shard: &Rc<Shard>,
+    request: AlterConfigsRequest,
+    _version: i16,
+) -> AlterConfigsResponse {
+    let alterations = request
+        .resources
+        .iter()
+        .map(|r| Alteration {
+            resource_type: r.resource_type,
+            name: r.resource_name.to_string(),
+            ops: Ok(std::iter::once(ConfigOp::Clear)
+                .chain(r.configs.iter().filter_map(|c| {
+                    let value = c.value.as_ref()?;
+                    Some(ConfigOp::Set(c.name.to_string(), value.to_string()))
+                }))
+                .collect()),
+        })
+        .collect();
+    let answers = alter_all(shard, alterations, request.validate_only).await;
+    let responses = request
+        .resources
+        .into_iter()
+        .zip(answers)
+        .map(|(r, (code, message))| {
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+                .with_error_code(code)
+                .with_error_message(message.map(StrBytes::from_string))
+        })
+        .collect();
+    AlterConfigsResponse::default().with_responses(responses)
 }

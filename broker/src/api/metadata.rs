@@ -22,9 +22,70 @@ use crate::shard::Shard;
 /// DescribeGroups).
 pub const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
+/// Kafka's `AclOperation` codes, each a bit of an authorized-operations field.
+const READ: u32 = 3;
+const WRITE: u32 = 4;
+const CREATE: u32 = 5;
+const DELETE: u32 = 6;
+const ALTER: u32 = 7;
+const DESCRIBE: u32 = 8;
+const CLUSTER_ACTION: u32 = 9;
+const DESCRIBE_CONFIGS: u32 = 10;
+const ALTER_CONFIGS: u32 = 11;
+const IDEMPOTENT_WRITE: u32 = 12;
+
+const fn bits(operations: &[u32]) -> i32 {
+    let mut field = 0;
+    let mut i = 0;
+    while i < operations.len() {
+        field |= 1 << operations[i];
+        i += 1;
+    }
+    field
+}
+
+/// Without an authorizer every client may do every operation a resource type supports: Kafka
+/// answers the type's whole set (its `AclEntry.supportedOperations`).
+pub const TOPIC_OPERATIONS: i32 = bits(&[
+    READ,
+    WRITE,
+    CREATE,
+    DELETE,
+    ALTER,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+]);
+pub const CLUSTER_OPERATIONS: i32 = bits(&[
+    CREATE,
+    ALTER,
+    DESCRIBE,
+    CLUSTER_ACTION,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+    IDEMPOTENT_WRITE,
+]);
+
+/// `operations` when the client asked for them, else Kafka's "not asked".
+pub fn authorized_operations(asked: bool, operations: i32) -> i32 {
+    if asked {
+        operations
+    } else {
+        OPERATIONS_NOT_ASKED
+    }
+}
+
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let auto_create =
         shard.config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let topic_operations = authorized_operations(
+        request.include_topic_authorized_operations,
+        TOPIC_OPERATIONS,
+    );
+    let cluster_operations = authorized_operations(
+        request.include_cluster_authorized_operations,
+        CLUSTER_OPERATIONS,
+    );
     let topics = match request.topics {
         // v0 asks for every topic with an empty list; later versions with null.
         None => all_topics(shard),
@@ -63,7 +124,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 .into_iter()
                 .map(|t| {
                     if version >= 8 {
-                        t.with_topic_authorized_operations(OPERATIONS_NOT_ASKED)
+                        t.with_topic_authorized_operations(topic_operations)
                     } else {
                         t
                     }
@@ -75,7 +136,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             response.with_cluster_id(Some(StrBytes::from_string(metadata.cluster_id.clone())));
     }
     if (8..=10).contains(&version) {
-        response = response.with_cluster_authorized_operations(OPERATIONS_NOT_ASKED);
+        response = response.with_cluster_authorized_operations(cluster_operations);
     }
     response
 }
@@ -171,4 +232,19 @@ fn describe(metadata: &ClusterMetadata, topic: &Topic) -> MetadataResponseTopic 
         .with_name(Some(StrBytes::from_string(topic.name.clone()).into()))
         .with_topic_id(topic.id.0)
         .with_partitions(partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// librdkafka's suite (0080) expects 8 topic and 7 cluster operations; these are Kafka's.
+    #[test]
+    fn operation_sets_are_kafkas() {
+        assert_eq!(TOPIC_OPERATIONS.count_ones(), 8);
+        assert_eq!(CLUSTER_OPERATIONS.count_ones(), 7);
+        assert_eq!(TOPIC_OPERATIONS, 0b1101_1111_1000);
+        assert_eq!(CLUSTER_OPERATIONS, 0b1_1111_1010_0000);
+        assert_eq!(authorized_operations(false, TOPIC_OPERATIONS), i32::MIN);
+    }
 }

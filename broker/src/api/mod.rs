@@ -2,8 +2,10 @@
 //! Each turns a request into work on the shards that own the partitions it names, and their
 //! answers into the response for the request's version.
 
+pub mod acls;
 pub mod cluster;
 pub mod configs;
+pub mod delete_records;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;

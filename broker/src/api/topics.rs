@@ -21,10 +21,6 @@ use crate::proposals::{self, NewTopic, Replication};
 use crate::shard::Shard;
 use crate::topic_config;
 
-/// Kafka's config source numbers (DescribeConfigs and CreateTopics v5+).
-pub const SOURCE_TOPIC: i8 = 1;
-pub const SOURCE_DEFAULT: i8 = 5;
-
 fn error_parts(result: &TopicResult) -> (i16, Option<StrBytes>) {
     match result {
         Ok(()) => (0, None),
@@ -90,6 +86,7 @@ pub async fn create(
         .await
         .into_iter();
     let metadata = shard.metadata();
+    let inherited = crate::resource_config::inherited(&metadata, shard.config.node_id);
     let topics = request
         .topics
         .into_iter()
@@ -125,17 +122,13 @@ pub async fn create(
                                 .map_or(-1, |p| p.replicas.len() as i16),
                         )
                         .with_configs(Some(
-                            topic_config::describe(&created.configs, defaults)
+                            topic_config::describe(&created.configs, &inherited, defaults)
                                 .into_iter()
                                 .map(|d| {
                                     CreatableTopicConfigs::default()
                                         .with_name(StrBytes::from_static_str(d.name))
                                         .with_value(Some(StrBytes::from_string(d.value)))
-                                        .with_config_source(if d.is_topic_setting {
-                                            SOURCE_TOPIC
-                                        } else {
-                                            SOURCE_DEFAULT
-                                        })
+                                        .with_config_source(d.source as i8)
                                 })
                                 .collect(),
                         )),

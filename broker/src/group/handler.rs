@@ -55,6 +55,7 @@ const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 <<
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+const TRANSACTIONS_NOT_SUPPORTED: &str = "transactions are not supported by this broker yet";
 
 /// Serves one group-related request end to end (FindCoordinator, JoinGroup, SyncGroup,
 /// Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
@@ -214,10 +215,12 @@ fn find_coordinator(
     };
     let found: Result<(), (ResponseError, String)> = match key_type {
         KEY_TYPE_GROUP => Ok(()),
-        // No transactions: clients retry until they give up.
+        // No transactions yet. COORDINATOR_NOT_AVAILABLE would have clients retry until their
+        // timeout; TRANSACTIONAL_ID_AUTHORIZATION_FAILED is fatal to librdkafka's, the Java and
+        // kafka-python's transaction managers, so `init_transactions` fails at once.
         KEY_TYPE_TRANSACTION => Err((
-            ResponseError::CoordinatorNotAvailable,
-            "this broker has no transaction coordinator".to_owned(),
+            ResponseError::TransactionalIdAuthorizationFailed,
+            TRANSACTIONS_NOT_SUPPORTED.to_owned(),
         )),
         other => Err((
             ResponseError::InvalidRequest,

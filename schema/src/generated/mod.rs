@@ -40,6 +40,8 @@ pub mod spindle {
     pub use self::topic_generated::*;
     mod broker_generated;
     pub use self::broker_generated::*;
+    mod resource_configs_generated;
+    pub use self::resource_configs_generated::*;
     mod metadata_generated;
     pub use self::metadata_generated::*;
     mod register_broker_generated;
@@ -58,6 +60,8 @@ pub mod spindle {
     pub use self::change_partition_generated::*;
     mod take_producer_id_block_generated;
     pub use self::take_producer_id_block_generated::*;
+    mod set_resource_configs_generated;
+    pub use self::set_resource_configs_generated::*;
     mod record_generated;
     pub use self::record_generated::*;
   } // metadata

@@ -123,7 +123,11 @@ pub fn offsets_log_config(config: &GroupConfig) -> storage::LogConfig {
         partitions: 1,
         log: storage::LogConfig::default(),
     };
-    crate::topic_config::log_config(&super::offsets_topic_configs(config), &defaults)
+    crate::topic_config::log_config(
+        &super::offsets_topic_configs(config),
+        &Default::default(),
+        &defaults,
+    )
 }
 
 /// The offsets partitions of one broker, all on this executor: the Dispatch of the tests.

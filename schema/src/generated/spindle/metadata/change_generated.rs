@@ -5,10 +5,10 @@ use super::*;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_CHANGE: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_CHANGE: u8 = 8;
+pub const ENUM_MAX_CHANGE: u8 = 9;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_CHANGE: [Change; 9] = [
+pub const ENUM_VALUES_CHANGE: [Change; 10] = [
   Change::NONE,
   Change::RegisterBroker,
   Change::FenceBroker,
@@ -18,6 +18,7 @@ pub const ENUM_VALUES_CHANGE: [Change; 9] = [
   Change::SetTopicConfigs,
   Change::ChangePartition,
   Change::TakeProducerIdBlock,
+  Change::SetResourceConfigs,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -34,9 +35,10 @@ impl Change {
   pub const SetTopicConfigs: Self = Self(6);
   pub const ChangePartition: Self = Self(7);
   pub const TakeProducerIdBlock: Self = Self(8);
+  pub const SetResourceConfigs: Self = Self(9);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 8;
+  pub const ENUM_MAX: u8 = 9;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::RegisterBroker,
@@ -47,6 +49,7 @@ impl Change {
     Self::SetTopicConfigs,
     Self::ChangePartition,
     Self::TakeProducerIdBlock,
+    Self::SetResourceConfigs,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -60,6 +63,7 @@ impl Change {
       Self::SetTopicConfigs => Some("SetTopicConfigs"),
       Self::ChangePartition => Some("ChangePartition"),
       Self::TakeProducerIdBlock => Some("TakeProducerIdBlock"),
+      Self::SetResourceConfigs => Some("SetResourceConfigs"),
       _ => None,
     }
   }

@@ -23,6 +23,7 @@ impl<'a> Metadata<'a> {
   pub const VT_TOPICS: ::flatbuffers::VOffsetT = 8;
   pub const VT_PRODUCER_ID_BLOCK: ::flatbuffers::VOffsetT = 10;
   pub const VT_BROKERS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_RESOURCE_CONFIGS: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -36,6 +37,7 @@ impl<'a> Metadata<'a> {
     let mut builder = MetadataBuilder::new(_fbb);
     builder.add_producer_id_block(args.producer_id_block);
     builder.add_version(args.version);
+    if let Some(x) = args.resource_configs { builder.add_resource_configs(x); }
     if let Some(x) = args.brokers { builder.add_brokers(x); }
     if let Some(x) = args.topics { builder.add_topics(x); }
     if let Some(x) = args.cluster_id { builder.add_cluster_id(x); }
@@ -78,6 +80,13 @@ impl<'a> Metadata<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Broker>>>>(Metadata::VT_BROKERS, None)}
   }
+  #[inline]
+  pub fn resource_configs(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ResourceConfigs<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ResourceConfigs>>>>(Metadata::VT_RESOURCE_CONFIGS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Metadata<'_> {
@@ -91,6 +100,7 @@ impl ::flatbuffers::Verifiable for Metadata<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Topic>>>>("topics", Self::VT_TOPICS, false)?
      .visit_field::<u64>("producer_id_block", Self::VT_PRODUCER_ID_BLOCK, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Broker>>>>("brokers", Self::VT_BROKERS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ResourceConfigs>>>>("resource_configs", Self::VT_RESOURCE_CONFIGS, false)?
      .finish();
     Ok(())
   }
@@ -101,6 +111,7 @@ pub struct MetadataArgs<'a> {
     pub topics: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Topic<'a>>>>>,
     pub producer_id_block: u64,
     pub brokers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Broker<'a>>>>>,
+    pub resource_configs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ResourceConfigs<'a>>>>>,
 }
 impl<'a> Default for MetadataArgs<'a> {
   #[inline]
@@ -111,6 +122,7 @@ impl<'a> Default for MetadataArgs<'a> {
       topics: None,
       producer_id_block: 0,
       brokers: None,
+      resource_configs: None,
     }
   }
 }
@@ -141,6 +153,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MetadataBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Metadata::VT_BROKERS, brokers);
   }
   #[inline]
+  pub fn add_resource_configs(&mut self, resource_configs: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<ResourceConfigs<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Metadata::VT_RESOURCE_CONFIGS, resource_configs);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> MetadataBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     MetadataBuilder {
@@ -164,6 +180,7 @@ impl ::core::fmt::Debug for Metadata<'_> {
       ds.field("topics", &self.topics());
       ds.field("producer_id_block", &self.producer_id_block());
       ds.field("brokers", &self.brokers());
+      ds.field("resource_configs", &self.resource_configs());
       ds.finish()
   }
 }

@@ -163,6 +163,20 @@ impl<'a> Record<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn change_as_set_resource_configs(&self) -> Option<SetResourceConfigs<'a>> {
+    if self.change_type() == Change::SetResourceConfigs {
+      let u = self.change();
+      // Safety:
+      // Created from a valid Table for this object
+      // Which contains a valid union in this slot
+      Some(unsafe { SetResourceConfigs::init_from_table(u) })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for Record<'_> {
@@ -181,6 +195,7 @@ impl ::flatbuffers::Verifiable for Record<'_> {
           Change::SetTopicConfigs => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<SetTopicConfigs>>("Change::SetTopicConfigs", pos),
           Change::ChangePartition => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<ChangePartition>>("Change::ChangePartition", pos),
           Change::TakeProducerIdBlock => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<TakeProducerIdBlock>>("Change::TakeProducerIdBlock", pos),
+          Change::SetResourceConfigs => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<SetResourceConfigs>>("Change::SetResourceConfigs", pos),
           _ => Ok(()),
         }
      })?
@@ -287,6 +302,13 @@ impl ::core::fmt::Debug for Record<'_> {
         },
         Change::TakeProducerIdBlock => {
           if let Some(x) = self.change_as_take_producer_id_block() {
+            ds.field("change", &x)
+          } else {
+            ds.field("change", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Change::SetResourceConfigs => {
+          if let Some(x) = self.change_as_set_resource_configs() {
             ds.field("change", &x)
           } else {
             ds.field("change", &"InvalidFlatbuffer: Union discriminant does not match value.")
