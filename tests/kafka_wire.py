@@ -12,11 +12,14 @@ import struct
 import time
 from dataclasses import dataclass
 
+API_PRODUCE = 0
+API_FETCH = 1
 API_METADATA = 3
 API_API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
 
 ERROR_NONE = 0
+ERROR_OFFSET_OUT_OF_RANGE = 1
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
 
 # A response bigger than this is a broker bug; refusing it keeps a bad size from hanging a test.
@@ -200,6 +203,93 @@ class Connection:
                     reader.int32()
             topic_infos.append(TopicInfo(error_code, name, partitions))
         return MetadataResponse(brokers, controller_id, topic_infos)
+
+
+@dataclass(frozen=True)
+class FetchedPartition:
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """The fields of a v2 record batch header that tests look at."""
+
+    base_offset: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    producer_id: int
+    record_count: int
+    length: int  # the whole batch, header included
+
+    @property
+    def codec(self) -> int:
+        """0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return self.attributes & 0x7
+
+
+def produce(conn: Connection, topic: str, partition: int, records: bytes) -> tuple[int, int]:
+    """Produce v3 of one record set, acks=all: (error code, base offset)."""
+    body = string(None) + struct.pack(">hi", -1, 30_000)
+    body += struct.pack(">i", 1) + string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">ii", partition, len(records)) + records
+    reader = conn.request(API_PRODUCE, 3, body)
+    if reader.array_len() != 1:
+        raise WireError("expected one topic")
+    reader.string()
+    if reader.array_len() != 1:
+        raise WireError("expected one partition")
+    reader.int32()  # partition index
+    error = reader.int16()
+    base_offset = reader.int64()
+    return error, base_offset
+
+
+def fetch(conn: Connection, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20) -> FetchedPartition:
+    """Fetch v5 of one partition, no waiting: the batches exactly as the broker stores them."""
+    body = struct.pack(">iiiib", -1, 0, 0, max_bytes, 0)
+    body += struct.pack(">i", 1) + string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">iqqi", partition, offset, -1, max_bytes)
+    reader = conn.request(API_FETCH, 5, body)
+    reader.int32()  # throttle_time_ms
+    if reader.array_len() != 1:
+        raise WireError("expected one topic")
+    reader.string()
+    if reader.array_len() != 1:
+        raise WireError("expected one partition")
+    reader.int32()  # partition index
+    error = reader.int16()
+    high_watermark = reader.int64()
+    reader.int64()  # last stable offset
+    log_start_offset = reader.int64()
+    for _ in range(reader.array_len()):  # aborted transactions
+        reader.int64()
+        reader.int64()
+    n = reader.int32()
+    records = b"" if n < 0 else reader.take(n)
+    return FetchedPartition(error, high_watermark, log_start_offset, records)
+
+
+def batch_headers(records: bytes) -> list[BatchHeader]:
+    """The whole batches of a record set (a partial last one, as Fetch may end with, is left out)."""
+    headers = []
+    pos = 0
+    while pos + 61 <= len(records):
+        base_offset, batch_length = struct.unpack_from(">qi", records, pos)
+        end = pos + 12 + batch_length
+        if end > len(records):
+            break
+        crc, attributes, last_offset_delta = struct.unpack_from(">Ihi", records, pos + 17)
+        producer_id = struct.unpack_from(">q", records, pos + 43)[0]
+        record_count = struct.unpack_from(">i", records, pos + 57)[0]
+        headers.append(
+            BatchHeader(base_offset, crc, attributes, last_offset_delta, producer_id, record_count, end - pos)
+        )
+        pos = end
+    return headers
 
 
 def wait_until_serving(host: str, port: int, deadline: float) -> MetadataResponse:

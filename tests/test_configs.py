@@ -1,0 +1,221 @@
+"""Settings changed at run time: IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) and the
+legacy AlterConfigs on topics, dynamic broker defaults (cluster-wide and per broker, applied to
+topics without a restart and kept across one) and group settings, as Kafka 4.0 has them."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpConfigResourceType
+from kafka.admin import KafkaAdminClient
+
+import clients
+import kafka_wire
+from conftest import Broker
+
+TOPIC = ConfigResource.Type.TOPIC
+BROKER = ConfigResource.Type.BROKER
+GROUP = ConfigResource.Type.GROUP
+
+
+def describe(bootstrap: str, kind, name: str) -> dict[str, ConfigEntry]:
+    resource = ConfigResource(kind, name)
+    admin = clients.admin(bootstrap)
+    return admin.describe_configs([resource])[resource].result(timeout=clients.REQUEST_TIMEOUT_S)
+
+
+def incremental(bootstrap: str, kind, name: str, *ops: tuple[str, AlterConfigOpType, str | None]) -> None:
+    entries = [ConfigEntry(n, v, incremental_operation=op) for n, op, v in ops]
+    resource = ConfigResource(kind, name, incremental_configs=entries)
+    admin = clients.admin(bootstrap)
+    admin.incremental_alter_configs([resource])[resource].result(timeout=clients.REQUEST_TIMEOUT_S)
+
+
+def refused(bootstrap: str, kind, name: str, *ops) -> KafkaError:
+    with pytest.raises(KafkaException) as raised:
+        incremental(bootstrap, kind, name, *ops)
+    return raised.value.args[0]
+
+
+def test_append_and_subtract_apply_to_list_settings_only(broker: Broker, unique) -> None:
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].is_default
+
+    # APPEND to the inherited value: "delete" is there once, now set on the topic.
+    incremental(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.APPEND, "delete"))
+    entry = describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"]
+    assert (entry.value, entry.source) == ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    # SUBTRACT of a value not in the list leaves it.
+    incremental(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact"))
+    assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
+    # Compaction stays refused, with its reason, whichever way it is asked for.
+    error = refused(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "compaction is not supported" in error.str()
+    # APPEND on a setting that is not a list.
+    error = refused(broker.bootstrap, TOPIC, topic, ("retention.ms", AlterConfigOpType.APPEND, "1000"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "not a list" in error.str()
+    assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
+
+
+def test_legacy_alter_configs_replaces_the_whole_set(broker: Broker, unique) -> None:
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1, {"retention.ms": "3600000", "segment.bytes": "16777216"})
+    resource = ConfigResource(TOPIC, topic, set_config={"retention.ms": "7200000"})
+    admin = clients.admin(broker.bootstrap)
+    admin.alter_configs([resource])[resource].result(timeout=clients.REQUEST_TIMEOUT_S)
+    configs = describe(broker.bootstrap, TOPIC, topic)
+    assert configs["retention.ms"].value == "7200000"
+    assert not configs["retention.ms"].is_default
+    assert configs["segment.bytes"].is_default, "a setting left out went back to its default"
+    assert configs["segment.bytes"].value == "1073741824"
+
+    # kafka-python's, forced to the legacy API (it sends the other set settings along).
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        resource = KpConfigResource(KpConfigResourceType.TOPIC, topic, configs={"segment.bytes": "8388608"})
+        kp.alter_configs([resource], incremental=False)
+    finally:
+        kp.close()
+    configs = describe(broker.bootstrap, TOPIC, topic)
+    assert configs["segment.bytes"].value == "8388608"
+    assert not configs["segment.bytes"].is_default
+
+
+def test_group_settings_are_described_and_changed(broker: Broker, unique) -> None:
+    group = unique("group")
+    configs = describe(broker.bootstrap, GROUP, group)
+    # Kafka 4.0's group settings and their defaults.
+    assert {n: e.value for n, e in configs.items()} == {
+        "consumer.session.timeout.ms": "45000",
+        "consumer.heartbeat.interval.ms": "5000",
+        "share.session.timeout.ms": "45000",
+        "share.heartbeat.interval.ms": "5000",
+        "share.record.lock.duration.ms": "30000",
+        "share.auto.offset.reset": "latest",
+    }
+    assert all(e.source == ConfigSource.DEFAULT_CONFIG.value for e in configs.values())
+
+    incremental(broker.bootstrap, GROUP, group, ("consumer.session.timeout.ms", AlterConfigOpType.SET, "50000"))
+    entry = describe(broker.bootstrap, GROUP, group)["consumer.session.timeout.ms"]
+    assert (entry.value, entry.source) == ("50000", ConfigSource.GROUP_CONFIG.value)
+
+    error = refused(broker.bootstrap, GROUP, group, ("consumer.session.timeout.ms", AlterConfigOpType.SET, "10"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    error = refused(broker.bootstrap, GROUP, group, ("session.timeout.ms", AlterConfigOpType.SET, "50000"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+
+    incremental(broker.bootstrap, GROUP, group, ("consumer.session.timeout.ms", AlterConfigOpType.DELETE, None))
+    assert describe(broker.bootstrap, GROUP, group)["consumer.session.timeout.ms"].is_default
+
+
+def settled_low_watermark(broker: Broker, topic: str, timeout_s: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        low, _ = clients.watermarks(broker.bootstrap, topic, [0])[0]
+        if low > 0:
+            return low
+        time.sleep(0.1)
+    return 0
+
+
+@pytest.mark.spindle_only("spindle's retention check interval")
+def test_dynamic_broker_defaults_reach_topics_at_once_and_survive_a_restart(broker_factory, unique) -> None:
+    broker: Broker = broker_factory(extra_args=("--retention-check-interval-ms", "200"))
+    node = "0"
+    plain, own = unique("plain"), unique("own")
+    clients.create_topic(broker.bootstrap, plain, 1)
+    clients.create_topic(broker.bootstrap, own, 1, {"retention.ms": "86400000"})
+
+    # confluent-kafka and kafka-python refuse the empty resource name of the cluster-wide
+    # defaults (the Java client takes it): raw IncrementalAlterConfigs for those.
+    assert wire_alter_broker(broker, "log.retention.ms", "3600000") == (0, None)
+    incremental(broker.bootstrap, BROKER, node, ("log.retention.bytes", AlterConfigOpType.SET, "200000"))
+    incremental(broker.bootstrap, BROKER, node, ("log.segment.bytes", AlterConfigOpType.SET, "65536"))
+
+    def check_described() -> None:
+        entry = describe(broker.bootstrap, TOPIC, plain)["retention.ms"]
+        assert (entry.value, entry.source) == ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        entry = describe(broker.bootstrap, TOPIC, plain)["retention.bytes"]
+        assert (entry.value, entry.source) == ("200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        entry = describe(broker.bootstrap, TOPIC, own)["retention.ms"]
+        assert (entry.value, entry.source) == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert wire_describe_cluster_defaults(broker) == {"log.retention.ms": ("3600000", 3)}
+        this = describe(broker.bootstrap, BROKER, node)
+        assert this["log.retention.bytes"].value == "200000"
+        assert this["log.retention.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        assert this["log.retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+
+    check_described()
+    # Applied to the log without a restart: small segments, and retention by size deletes some.
+    values = [(None, b"%06d" % i + b"x" * 994) for i in range(1_000)]
+    clients.produce_acked(clients.producer(broker.bootstrap, **{"batch.size": 16384}), plain, values, partition=0)
+    assert settled_low_watermark(broker, plain) > 0, "the dynamic retention.bytes never applied"
+
+    broker.restart_after_sigterm()
+    check_described()
+
+    # Another broker's settings are not this one's to change (clients send them to that broker:
+    # raw, to this one).
+    assert wire_alter_broker(broker, "log.retention.ms", "1", resource="7")[0] == INVALID_REQUEST
+    # Only defaults of topic settings change at run time.
+    error = refused(broker.bootstrap, BROKER, node, ("num.partitions", AlterConfigOpType.SET, "3"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert wire_alter_broker(broker, "log.retention.ms", None) == (0, None)
+    assert wire_describe_cluster_defaults(broker) == {}
+    assert describe(broker.bootstrap, TOPIC, plain)["retention.ms"].value == "604800000"
+
+
+API_DESCRIBE_CONFIGS = 32
+API_INCREMENTAL_ALTER_CONFIGS = 44
+BROKER_TYPE = 4
+INVALID_REQUEST = 42
+
+
+def wire_alter_broker(
+    broker: Broker, name: str, value: str | None, resource: str = ""
+) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs v0 of one broker setting (by default the cluster-wide one): SET,
+    or DELETE when value is None. Returns (error code, message)."""
+    op = 0 if value is not None else 1
+    body = struct.pack(">i", 1) + struct.pack(">b", BROKER_TYPE) + kafka_wire.string(resource)
+    body += struct.pack(">i", 1) + kafka_wire.string(name) + struct.pack(">b", op) + kafka_wire.string(value)
+    body += struct.pack(">b", 0)  # validate only
+    with kafka_wire.Connection(broker.host, broker.port) as conn:
+        reader = conn.request(API_INCREMENTAL_ALTER_CONFIGS, 0, body)
+        reader.int32()  # throttle
+        assert reader.array_len() == 1
+        return reader.int16(), reader.string()
+
+
+def wire_describe_cluster_defaults(broker: Broker) -> dict[str, tuple[str | None, int]]:
+    """DescribeConfigs v1 of the cluster-wide broker defaults: name -> (value, source)."""
+    body = struct.pack(">i", 1) + struct.pack(">b", BROKER_TYPE) + kafka_wire.string("")
+    body += struct.pack(">i", -1) + struct.pack(">b", 0)  # every key, no synonyms
+    with kafka_wire.Connection(broker.host, broker.port) as conn:
+        reader = conn.request(API_DESCRIBE_CONFIGS, 1, body)
+        reader.int32()  # throttle
+        assert reader.array_len() == 1
+        assert reader.int16() == 0
+        reader.string()  # message
+        reader.int8()
+        reader.string()
+        out = {}
+        for _ in range(reader.array_len()):
+            name, value = reader.string(), reader.string()
+            reader.int8()  # read only
+            source = reader.int8()
+            reader.int8()  # sensitive
+            for _ in range(reader.array_len()):  # synonyms
+                reader.string()
+                reader.string()
+                reader.int8()
+            out[name] = (value, source)
+        return out
