@@ -184,7 +184,7 @@ async fn alter_all(
     let mut topics = Vec::new();
     let mut others = Vec::new();
     // Where each answer comes from: an early refusal, or the nth topic or other change.
-    enum From {
+    enum Answer {
         Refused(Refusal),
         Topic,
         Other,
@@ -194,14 +194,14 @@ async fn alter_all(
         let ops = match a.ops {
             Ok(ops) => ops,
             Err(refusal) => {
-                plan.push(From::Refused(refusal));
+                plan.push(Answer::Refused(refusal));
                 continue;
             }
         };
         let resource = match a.resource_type {
             TOPIC => {
                 topics.push((a.name, ops));
-                plan.push(From::Topic);
+                plan.push(Answer::Topic);
                 continue;
             }
             BROKER if !a.name.is_empty() => this_broker(shard, &a.name),
@@ -224,9 +224,9 @@ async fn alter_all(
         match resource {
             Ok(resource) => {
                 others.push((resource, ops));
-                plan.push(From::Other);
+                plan.push(Answer::Other);
             }
-            Err(refusal) => plan.push(From::Refused(refusal)),
+            Err(refusal) => plan.push(Answer::Refused(refusal)),
         }
     }
     let mut topic_results = if topics.is_empty() {
@@ -247,10 +247,10 @@ async fn alter_all(
         None => (ResponseError::UnknownServerError.code(), None),
     };
     plan.into_iter()
-        .map(|from| match from {
-            From::Refused((e, m)) => (e.code(), Some(m)),
-            From::Topic => answer(topic_results.next()),
-            From::Other => answer(other_results.next()),
+        .map(|planned| match planned {
+            Answer::Refused((e, m)) => (e.code(), Some(m)),
+            Answer::Topic => answer(topic_results.next()),
+            Answer::Other => answer(other_results.next()),
         })
         .collect()
 }
