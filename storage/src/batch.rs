@@ -302,7 +302,12 @@ pub fn first_record_at_or_after(batch: &[u8], target_ms: i64) -> Result<(i64, i6
         let (timestamp_delta, used) =
             read_varint(batch, record_start + 1, record_end).ok_or(corrupt.clone())?;
         let (offset_delta, _) =
-            read_varint(batch, record_start + 1 + used, record_end).ok_or(corrupt)?;
+            read_varint(batch, record_start + 1 + used, record_end).ok_or(corrupt.clone())?;
+        // The delta is the producer's, never checked on append: one that points outside the
+        // batch would be answered as another batch's offset.
+        if !(0..=i64::from(header.last_offset_delta)).contains(&offset_delta) {
+            return Err(corrupt);
+        }
         let timestamp = header.base_timestamp.saturating_add(timestamp_delta);
         if timestamp >= target_ms {
             return Ok((header.base_offset + offset_delta, timestamp));
@@ -519,6 +524,39 @@ mod tests {
         assert_eq!(first_record_at_or_after(&b, 0).unwrap(), (100, 1_000));
         assert_eq!(first_record_at_or_after(&b, 1_003).unwrap(), (103, 1_003));
         assert_eq!(first_record_at_or_after(&b, 1_009).unwrap(), (109, 1_009));
+    }
+
+    /// Found by `fuzz/fuzz_targets/batch.rs` (minimised): a one-record batch whose record says
+    /// offset delta -24320 (the varint `ff fb 02`). Nothing checks record fields on append, and
+    /// the timestamp search answered `baseOffset - 24320`, an offset of some other batch (and
+    /// overflowed for deltas near i64::MAX).
+    #[test]
+    fn a_record_offset_delta_outside_its_batch_is_corrupt_not_an_answer() {
+        let mut b = vec![
+            0x01, 0x00, 0x00, 0xfc, 0xff, 0xff, 0xff, 0x19, 0x00, 0x00, 0x00, 0x3d, 0x62, 0xfc,
+            0xfc, 0xfc, 0x02, 0x2f, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff,
+            0x29, 0x02, 0x73, 0x38, 0x44, 0xa8, 0xd5, 0x00, 0x00, 0xfc, 0xfc, 0xfc, 0xfc, 0xfc,
+            0x01, 0x00, 0x00, 0xfc, 0x00, 0x07, 0xfc, 0xfc, 0xfc, 0xfc, 0x00, 0xfc, 0xfc, 0xfc,
+            0x00, 0x00, 0x00, 0x01, 0x00, 0x0a, 0xfc, 0x00, 0xff, 0xfb, 0x02, 0x3d, 0xfc, 0x57,
+            0xfc, 0xfc, 0xff,
+        ];
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        assign_offsets(&mut b, 4_244_438_268, 0);
+        let header = validate_produced(&b, usize::MAX).unwrap();
+        assert_eq!(header.compression(), Compression::None);
+        assert_eq!(
+            first_record_at_or_after(&b, i64::MIN),
+            Err(BatchError::InvalidLength(header.batch_length))
+        );
+        // The same record with offset delta 0 is found where it is.
+        b[HEADER_BYTES + 3..HEADER_BYTES + 6].copy_from_slice(&[0x00, 0x3d, 0xfc]);
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            first_record_at_or_after(&b, i64::MIN).map(|(offset, _)| offset),
+            Ok(4_244_438_268)
+        );
     }
 
     proptest! {

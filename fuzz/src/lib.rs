@@ -1,0 +1,35 @@
+//! What the fuzz targets share: a memory bound per input.
+//!
+//! Every target runs the code under test inside [`within_memory`], with a budget proportional to
+//! its input. The global allocator counts every Rust allocation; one that would take the total
+//! past the budget fails, and the process aborts with "memory allocation of N bytes failed",
+//! which libFuzzer reports as a crash and saves the input. (libFuzzer's `-malloc_limit_mb` works
+//! only through a sanitizer's allocator hooks, and these targets are built without a sanitizer:
+//! see scripts/fuzz.)
+
+use std::alloc::System;
+
+use cap::Cap;
+
+#[global_allocator]
+static ALLOCATOR: Cap<System> = Cap::new(System, usize::MAX);
+
+/// Runs `f`, allowing it to hold at most `budget_bytes` more memory than was allocated before.
+pub fn within_memory<T>(budget_bytes: usize, f: impl FnOnce() -> T) -> T {
+    let before = ALLOCATOR.allocated();
+    // Cannot fail: the limit is above what is allocated.
+    let _ = ALLOCATOR.set_limit(before.saturating_add(budget_bytes));
+    let out = f();
+    let _ = ALLOCATOR.set_limit(usize::MAX);
+    out
+}
+
+/// A budget of `per_input_byte` bytes for each input byte, on top of `fixed_bytes`.
+pub fn budget(input_bytes: usize, per_input_byte: usize, fixed_bytes: usize) -> usize {
+    input_bytes
+        .saturating_mul(per_input_byte)
+        .saturating_add(fixed_bytes)
+}
+
+#[path = "broker.rs"]
+pub mod broker;
