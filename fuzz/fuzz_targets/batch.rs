@@ -15,7 +15,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use storage::batch::{self, BatchHeader, Compression, HEADER_BYTES};
-use spindle_fuzz::within_memory;
+use spindle_fuzz::{fix_crc, within_memory};
 
 fuzz_target!(|data: &[u8]| {
     // Eight bytes of parameters (the limit, the base offset, the epoch), then the record set.
@@ -101,18 +101,6 @@ fn check_batch(bytes: &mut [u8], header: BatchHeader, base_offset: i64, leader_e
     assert_eq!(reread.max_timestamp, now_ms);
     assert_eq!(reread.attributes & !0x08, assigned.attributes & !0x08);
     assert_eq!(bytes[HEADER_BYTES..], original[HEADER_BYTES..], "records untouched");
-}
-
-/// Writes the CRC-32C the batch at the start of `buf` should have, where its length allows.
-fn fix_crc(buf: &mut [u8]) {
-    let Some(length) = buf.get(8..12) else {
-        return;
-    };
-    let size = 12usize.saturating_add(i32::from_be_bytes([length[0], length[1], length[2], length[3]]).max(0) as usize);
-    if buf.len() >= 61 && (21..=buf.len()).contains(&size) {
-        let crc = crc32c::crc32c(&buf[21..size]);
-        buf[17..21].copy_from_slice(&crc.to_be_bytes());
-    }
 }
 
 /// An independent reading of a v2 batch at the start of `buf`: its size if `validate_produced`

@@ -31,5 +31,20 @@ pub fn budget(input_bytes: usize, per_input_byte: usize, fixed_bytes: usize) -> 
         .saturating_add(fixed_bytes)
 }
 
+/// Writes the CRC-32C that the v2 batch at the start of `buf` should have, where its length
+/// allows; returns the batch's size. Targets use it so that mutations of what the CRC covers
+/// reach the code after the CRC check (the log hands out only CRC-valid batches).
+pub fn fix_crc(buf: &mut [u8]) -> Option<usize> {
+    let length = buf.get(8..12)?;
+    let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+    let size = usize::try_from(length).ok()?.checked_add(12)?;
+    if buf.len() < 61 || !(21..=buf.len()).contains(&size) {
+        return None;
+    }
+    let crc = crc32c::crc32c(&buf[21..size]);
+    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    Some(size)
+}
+
 #[path = "broker.rs"]
 pub mod broker;
