@@ -27,7 +27,8 @@ import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SPINDLE = REPO / "target" / "release" / "spindle"
+# The broker behind the proxy: `cargo build --release --bins` first, or SPINDLE_CAPTURE_BIN.
+SPINDLE = Path(os.environ.get("SPINDLE_CAPTURE_BIN", REPO / "target" / "release" / "spindle"))
 # Only the start of each segment file is kept: seeds are small.
 SEGMENT_BYTES_KEPT = 256 << 10
 
@@ -152,6 +153,9 @@ def make_corpus(captured: Path) -> None:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
         return serve_through_proxy(sys.argv[2:])
+    if os.environ.get("SPINDLE_CAPTURE_DIR"):
+        # Standing in for the binary, but not as a broker: the admin commands of the CLI.
+        os.execv(SPINDLE, [str(SPINDLE), *sys.argv[1:]])
     if len(sys.argv) >= 3 and sys.argv[1] == "record":
         captured = Path(sys.argv[2]).resolve()
         captured.mkdir(parents=True, exist_ok=True)
