@@ -323,6 +323,10 @@ pub async fn read_batches(
     };
     let mut out = Vec::new();
     let mut total = 0usize;
+    // The offset the next batch served must reach: in a damaged sealed segment (kept whole by
+    // recovery) a batch may go back to offsets already served, and is skipped like any batch
+    // before the one asked for.
+    let mut wanted = range.offset;
     let corrupt = |position: u64, source| ReadError::Corrupt {
         path: file.path().to_path_buf(),
         position,
@@ -351,7 +355,7 @@ pub async fn read_batches(
             // Not all written yet: the rest is served from the cache.
             return Ok(done(out));
         }
-        if header.last_offset() < range.offset {
+        if header.last_offset() < wanted {
             pos += size as u64;
             continue;
         }
@@ -364,6 +368,7 @@ pub async fn read_batches(
         let bytes = window.slice(pos, size);
         batch::validate(&bytes, usize::MAX).map_err(|e| corrupt(pos, e))?;
         out.push(bytes);
+        wanted = header.next_offset();
         total += size;
         pos += size as u64;
     }

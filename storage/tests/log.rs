@@ -290,6 +290,47 @@ fn a_bit_flip_in_an_old_segment_is_reported_not_served() {
     });
 }
 
+/// Found by `fuzz/fuzz_targets/recovery.rs`: a sealed segment whose batches go back to offsets
+/// already in it (recovery keeps a damaged sealed segment whole) made one read serve a batch
+/// and then an older one, so a consumer's offsets went backwards.
+#[test]
+fn a_sealed_segment_whose_offsets_go_back_never_serves_them_backwards() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let batch_at = |offset: i64, count: i32| {
+            let mut b = records(count, 10, offset).to_vec();
+            batch::assign_offsets(&mut b, offset, 1);
+            b
+        };
+        // Segment 0: offsets 0-9, 10-19, then 5-14 again; segment 20 follows it. No indexes,
+        // no clean-shutdown marker: recovery scans both.
+        let sealed = [batch_at(0, 10), batch_at(10, 10), batch_at(5, 10)].concat();
+        std::fs::write(dir.path().join(format!("{:020}.log", 0)), &sealed).unwrap();
+        std::fs::write(dir.path().join(format!("{:020}.log", 20)), batch_at(20, 5)).unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 0,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 25);
+        let mut next = 0;
+        for from in [0, 3, 10] {
+            for b in log.read(from, 1 << 20, 25).await.unwrap() {
+                let h = BatchHeader::parse(&b).unwrap();
+                assert!(h.last_offset() >= from.max(next), "{h:?} served after {next}");
+                next = h.next_offset();
+            }
+            next = 0;
+        }
+        assert_eq!(read_all(&log, 0).await.len(), 3, "0-9, 10-19, then segment 20");
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn retention_deletes_old_segments_by_size_and_time() {
     run(|| async {
