@@ -14,8 +14,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use storage::batch::{self, BatchHeader, Compression, HEADER_BYTES};
 use spindle_fuzz::{fix_crc, within_memory};
+use storage::batch::{self, BatchHeader, Compression, HEADER_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     // Eight bytes of parameters (the limit, the base offset, the epoch), then the record set.
@@ -30,7 +30,9 @@ fuzz_target!(|data: &[u8]| {
         n => usize::from(n),
     };
     let mut records = records.to_vec();
-    let mut next_offset = i64::from(u32::from_be_bytes([params[2], params[3], params[4], params[5]]));
+    let mut next_offset = i64::from(u32::from_be_bytes([
+        params[2], params[3], params[4], params[5],
+    ]));
     let leader_epoch = i32::from(i16::from_be_bytes([params[6], params[7]]));
     let mut at = 0;
     while at < records.len() {
@@ -48,7 +50,10 @@ fuzz_target!(|data: &[u8]| {
             (Err(_), Err(_)) => return,
             (got, want) => panic!("validation said {got:?}, the bytes say {want:?}"),
         };
-        assert_eq!(header, BatchHeader::parse(rest).expect("a valid batch parses"));
+        assert_eq!(
+            header,
+            BatchHeader::parse(rest).expect("a valid batch parses")
+        );
         let mut bytes = rest[..header.size_bytes()].to_vec();
         check_batch(&mut bytes, header, next_offset, leader_epoch);
         next_offset += i64::from(header.record_count);
@@ -58,7 +63,9 @@ fuzz_target!(|data: &[u8]| {
 
 fn check_batch(bytes: &mut [u8], header: BatchHeader, base_offset: i64, leader_epoch: i32) {
     let original = bytes.to_vec();
-    within_memory(0, || batch::assign_offsets(bytes, base_offset, leader_epoch));
+    within_memory(0, || {
+        batch::assign_offsets(bytes, base_offset, leader_epoch)
+    });
     let assigned = batch::validate_produced(bytes, usize::MAX).expect("assigned batch stays valid");
     assert_eq!(
         assigned,
@@ -69,7 +76,11 @@ fn check_batch(bytes: &mut [u8], header: BatchHeader, base_offset: i64, leader_e
         }
     );
     assert_eq!(bytes[12..16], leader_epoch.to_be_bytes());
-    assert_eq!(bytes[16..], original[16..], "only the offset and epoch change");
+    assert_eq!(
+        bytes[16..],
+        original[16..],
+        "only the offset and epoch change"
+    );
 
     for target_ms in [
         i64::MIN,
@@ -100,7 +111,11 @@ fn check_batch(bytes: &mut [u8], header: BatchHeader, base_offset: i64, leader_e
     assert!(reread.is_log_append_time());
     assert_eq!(reread.max_timestamp, now_ms);
     assert_eq!(reread.attributes & !0x08, assigned.attributes & !0x08);
-    assert_eq!(bytes[HEADER_BYTES..], original[HEADER_BYTES..], "records untouched");
+    assert_eq!(
+        bytes[HEADER_BYTES..],
+        original[HEADER_BYTES..],
+        "records untouched"
+    );
 }
 
 /// An independent reading of a v2 batch at the start of `buf`: its size if `validate_produced`

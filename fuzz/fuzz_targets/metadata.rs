@@ -21,6 +21,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(command) = within_memory(memory, || record::decode(data)) {
         let again = record::decode(&record::encode(&command)).expect("an encoded record decodes");
-        assert_eq!(again, command, "a metadata record survives encode and decode");
+        assert_eq!(
+            again, command,
+            "a metadata record survives encode and decode"
+        );
     }
 });

@@ -85,7 +85,12 @@ fuzz_target!(|input: Input| {
     let last_segment = files.last().cloned();
     EXECUTOR.with(|executor| {
         within_memory(budget(input_bytes, 64, 48 << 20), || {
-            executor.run(check(root.clone(), log_dir.clone(), input.clean, last_segment))
+            executor.run(check(
+                root.clone(),
+                log_dir.clone(),
+                input.clean,
+                last_segment,
+            ))
         })
     });
 });
@@ -110,7 +115,8 @@ fn write_log_dir(dir: &Path, input: &Input) -> (Vec<PathBuf>, usize) {
         let mut log = Vec::new();
         for b in segment.batches.iter().take(BATCHES_MAX) {
             let count = i32::from(b.count.max(1));
-            let mut bytes = testing::batch(count, usize::from(b.value_bytes), i64::from(b.timestamp_ms));
+            let mut bytes =
+                testing::batch(count, usize::from(b.value_bytes), i64::from(b.timestamp_ms));
             let offset = (next_offset + i64::from(b.offset_skew)).max(0);
             batch::assign_offsets(&mut bytes, offset, 1);
             next_offset = offset + i64::from(count);
@@ -132,7 +138,11 @@ fn write_log_dir(dir: &Path, input: &Input) -> (Vec<PathBuf>, usize) {
         std::fs::write(&path, &log).expect("write segment");
         written += log.len();
         written += write_index(&dir.join(format!("{name}.index")), &segment.offset_index, 4);
-        written += write_index(&dir.join(format!("{name}.timeindex")), &segment.time_index, 8);
+        written += write_index(
+            &dir.join(format!("{name}.timeindex")),
+            &segment.time_index,
+            8,
+        );
         paths.retain(|p| p != &path);
         paths.push(path);
     }
@@ -177,7 +187,10 @@ async fn check(root: PathBuf, dir: PathBuf, clean: bool, last_segment: Option<Pa
 
     // The recovered log takes an append at its end.
     let appended = BytesMut::from(&testing::batch(3, 10, 7)[..]);
-    let info = log.append(appended.clone(), 2).await.expect("append to a recovered log");
+    let info = log
+        .append(appended.clone(), 2)
+        .await
+        .expect("append to a recovered log");
     assert_eq!(info.base_offset, end);
     log.wait_written(info.next_offset).await.expect("written");
     let mut expected = appended.to_vec();
@@ -200,7 +213,10 @@ async fn check(root: PathBuf, dir: PathBuf, clean: bool, last_segment: Option<Pa
     if before.complete {
         let mut want = before.batches.clone();
         want.push(Bytes::from(expected));
-        assert_eq!(after.batches, want, "a clean close and open keep every batch");
+        assert_eq!(
+            after.batches, want,
+            "a clean close and open keep every batch"
+        );
     } else {
         assert!(after.batches.starts_with(&before.batches));
     }
@@ -234,32 +250,51 @@ async fn read_all(
                         "recovery left a corrupt batch in the last segment"
                     );
                 }
-                return ReadBack { batches, complete: false };
+                return ReadBack {
+                    batches,
+                    complete: false,
+                };
             }
             Err(e) => panic!("read at {offset}: {e}"),
         };
         if read.is_empty() {
             // A gap between segments: nothing to serve at this offset.
-            return ReadBack { batches, complete: false };
+            return ReadBack {
+                batches,
+                complete: false,
+            };
         }
         for bytes in read {
             let header = check_served(&bytes);
-            assert!(header.next_offset() > offset, "read at {offset} went backwards: {header:?}");
+            assert!(
+                header.next_offset() > offset,
+                "read at {offset} went backwards: {header:?}"
+            );
             offset = header.next_offset();
             batches.push(bytes);
         }
     }
-    ReadBack { batches, complete: true }
+    ReadBack {
+        batches,
+        complete: true,
+    }
 }
 
 /// The independent check of a served batch: one whole batch, magic 2, CRC-32C right.
 fn check_served(bytes: &[u8]) -> BatchHeader {
     assert!(bytes.len() >= 61, "served {} bytes", bytes.len());
     let length = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    assert_eq!(usize::try_from(length).ok().map(|l| l + 12), Some(bytes.len()));
+    assert_eq!(
+        usize::try_from(length).ok().map(|l| l + 12),
+        Some(bytes.len())
+    );
     assert_eq!(bytes[16], 2, "magic");
     let crc = u32::from_be_bytes([bytes[17], bytes[18], bytes[19], bytes[20]]);
-    assert_eq!(crc32c::crc32c(&bytes[21..]), crc, "served a batch that fails its CRC");
+    assert_eq!(
+        crc32c::crc32c(&bytes[21..]),
+        crc,
+        "served a batch that fails its CRC"
+    );
     BatchHeader::parse(bytes).expect("served batch parses")
 }
 

@@ -51,7 +51,11 @@ fuzz_target!(|data: &[u8]| {
         let next = within_memory(reader_budget, || block_on(reader.next_frame()));
         match (next, frames.next()) {
             (Ok(Some(frame)), Some(want)) => {
-                assert_eq!(&frame[..], want, "the reader cut a frame where the prefix says");
+                assert_eq!(
+                    &frame[..],
+                    want,
+                    "the reader cut a frame where the prefix says"
+                );
                 check_frame(frame);
             }
             (Ok(None), None) => {
@@ -83,7 +87,11 @@ fn check_frame(frame: BytesMut) {
     };
     let version = header.request_api_version;
     assert_eq!(header.request_api_key, request.api_key() as i16);
-    assert!(versions::accepts(request.api_key(), version), "{e:?} v{version}", e = request.api_key());
+    assert!(
+        versions::accepts(request.api_key(), version),
+        "{e:?} v{version}",
+        e = request.api_key()
+    );
 
     let once = encode(&header, &request);
     assert!(
@@ -95,11 +103,22 @@ fn check_frame(frame: BytesMut) {
     let (header_again, request_again) = match decode_request(BytesMut::from(&once[..])) {
         Ok(again) if again == (header.clone(), request.clone()) => again,
         _ if carries_tag_kafka_protocol_cannot_write(&header, &request) => return,
-        Ok(again) => panic!("{:?} v{version}: decoded {again:?} from its re-encoding", request.api_key()),
-        Err(e) => panic!("{:?} v{version}: re-encoded request refused: {e}", request.api_key()),
+        Ok(again) => panic!(
+            "{:?} v{version}: decoded {again:?} from its re-encoding",
+            request.api_key()
+        ),
+        Err(e) => panic!(
+            "{:?} v{version}: re-encoded request refused: {e}",
+            request.api_key()
+        ),
     };
     let twice = encode(&header_again, &request_again);
-    assert_eq!(twice, once, "{:?} v{version}: canonical bytes changed", request.api_key());
+    assert_eq!(
+        twice,
+        once,
+        "{:?} v{version}: canonical bytes changed",
+        request.api_key()
+    );
 }
 
 /// Whether a tagged field's tag number is 2^31 or more. `kafka-protocol` 0.18 keeps unknown
@@ -128,7 +147,10 @@ fn check_error(frame: &[u8], error: &DecodeError) {
     let raw_key = i16::from_be_bytes([fixed[0], fixed[1]]);
     let version = i16::from_be_bytes([fixed[2], fixed[3]]);
     let Ok(api_key) = ApiKey::try_from(raw_key) else {
-        assert!(matches!(error, DecodeError::UnknownApiKey { .. }), "{error}");
+        assert!(
+            matches!(error, DecodeError::UnknownApiKey { .. }),
+            "{error}"
+        );
         return;
     };
     match error {

@@ -25,8 +25,7 @@ mod fuzzing {
             return;
         };
         for record in consumed {
-            let Ok(Some(decoded)) =
-                Record::decode(record.key.as_deref(), record.value.as_deref())
+            let Ok(Some(decoded)) = Record::decode(record.key.as_deref(), record.value.as_deref())
             else {
                 continue;
             };

@@ -321,12 +321,19 @@ fn a_sealed_segment_whose_offsets_go_back_never_serves_them_backwards() {
         for from in [0, 3, 10] {
             for b in log.read(from, 1 << 20, 25).await.unwrap() {
                 let h = BatchHeader::parse(&b).unwrap();
-                assert!(h.last_offset() >= from.max(next), "{h:?} served after {next}");
+                assert!(
+                    h.last_offset() >= from.max(next),
+                    "{h:?} served after {next}"
+                );
                 next = h.next_offset();
             }
             next = 0;
         }
-        assert_eq!(read_all(&log, 0).await.len(), 3, "0-9, 10-19, then segment 20");
+        assert_eq!(
+            read_all(&log, 0).await.len(),
+            3,
+            "0-9, 10-19, then segment 20"
+        );
         log.close().await.unwrap();
     });
 }
