@@ -10,6 +10,7 @@ use bytes::{BufMut, Bytes};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use crate::budget::HeldMemory;
 use crate::frame::FrameBuilder;
 use crate::wire::{self, LengthPrefix, WireError};
 
@@ -24,6 +25,9 @@ pub struct FetchResponse {
     /// The fetch session (v7+); 0 when sessions are not used.
     pub session_id: i32,
     pub topics: Vec<FetchTopicResponse>,
+    /// The fetch memory the batches read from disk hold until the response is written (not
+    /// encoded; the response frame keeps it).
+    pub memory: HeldMemory,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -155,6 +159,7 @@ mod tests {
                 error_code: error,
                 session_id: session,
                 topics,
+                memory: Default::default(),
             })
     }
 

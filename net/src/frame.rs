@@ -1,13 +1,28 @@
 //! Kafka framing: a big-endian `i32` size, then that many bytes.
 //!
-//! [`FrameReader`] cuts frames out of one reused read buffer and checks each announced size
-//! against a hard limit before reserving any memory for it. [`FrameWriter`] writes frames given
-//! as chunks, copying the small ones into one reused buffer so that a response made of many small
-//! pieces costs one socket write, and writing large chunks (record batches) straight from their
-//! own memory.
+//! [`FrameReader`] cuts frames out of a read buffer and checks each announced size against a
+//! hard limit before reserving any memory for it. A reader that answers to a [`MemoryBudget`] (a
+//! server's) never trusts the announced size with memory: its buffer grows as the frame's bytes
+//! arrive, by at most [`GROWTH`] times what has arrived, so a peer that announces 90 MiB and sends
+//! 1 MiB costs a few MiB, not 90. Such a reader also reserves the whole frame in the budget before
+//! reading past its first chunk, waiting its turn when the budget is spent (the shard then stops
+//! reading that socket: backpressure); a frame that has its reservation can always finish, so
+//! readers never wait on each other. Frames that fit in one read chunk never wait: small requests
+//! (metadata, fetches, small produces) go through while large ones queue. A reader without a
+//! budget (a client reading the answers it asked for) sizes its buffer from the prefix at once.
+//!
+//! [`FrameWriter`] writes frames given as chunks, copying the small ones into one reused buffer
+//! so that a response made of many small pieces costs one socket write, and writing large chunks
+//! (record batches) straight from their own memory.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::budget::{MemoryBudget, MemoryPermit};
 
 /// Kafka's `socket.request.max.bytes` default.
 pub const FRAME_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
@@ -16,8 +31,12 @@ pub const FRAME_BYTES_MAX_DEFAULT: usize = 100 * 1024 * 1024;
 pub const FRAME_PREFIX_BYTES: usize = 4;
 
 /// How much a read asks the socket for at least, so that many small pipelined frames arrive in
-/// one read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// one read. Also what every connection may hold without waiting for its budget.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A budgeted reader's buffer grows to at most this many times the bytes of the frame that have
+/// arrived (8: a 1 MiB produce frame is read in three steps and copied about half a time over).
+pub const GROWTH: usize = 8;
 
 /// Chunks up to this size are copied into the write buffer; larger ones are written in place.
 const COALESCE_BYTES_MAX: usize = 16 * 1024;
@@ -32,6 +51,14 @@ pub enum FrameError {
         size_bytes: usize,
         limit_bytes: usize,
     },
+    #[error(
+        "frame of {size_bytes} bytes is larger than the shard's {budget} budget of {budget_bytes} bytes"
+    )]
+    OverBudget {
+        size_bytes: usize,
+        budget: &'static str,
+        budget_bytes: usize,
+    },
     #[error("negative frame size {size}")]
     NegativeSize { size: i32 },
     #[error("connection closed {received_bytes} bytes into a frame of {expected_bytes} bytes")]
@@ -39,21 +66,46 @@ pub enum FrameError {
         received_bytes: usize,
         expected_bytes: usize,
     },
+    #[error(
+        "frame not complete within {timeout_ms} ms: {received_bytes} of {expected_bytes} bytes arrived"
+    )]
+    ReadTimeout {
+        received_bytes: usize,
+        expected_bytes: usize,
+        timeout_ms: u128,
+    },
+    #[error("idle for {idle_ms} ms")]
+    Idle { idle_ms: u128 },
     #[error("socket: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// How long a reader waits for bytes. `None` waits for ever.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTimeouts {
+    /// For the first byte of the next frame (Kafka's `connections.max.idle.ms`).
+    pub idle: Option<Duration>,
+    /// For the rest of a frame, from its first byte (waiting for the budget included).
+    pub frame: Option<Duration>,
 }
 
 /// Reads frames from a byte stream.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     reader: R,
-    /// Bytes read and not yet handed out; its capacity is reused from frame to frame.
+    /// Bytes read and not yet handed out; the frame being read starts at its front.
     buf: BytesMut,
     /// How much of `buf` holds data; the rest of `buf` is zeros, ready to read into. Kept apart
     /// from `buf.len()` so that a read cancelled while waiting (a timeout, a shutdown) leaves
     /// no zero padding behind as if it were data.
     filled_bytes: usize,
     frame_bytes_max: usize,
+    /// The budget `buf` is charged to, and what it holds of it: at least `buf.len()`, and the
+    /// whole frame being read once it is larger than a read chunk.
+    memory: Option<(Rc<MemoryBudget>, MemoryPermit)>,
+    timeouts: ReadTimeouts,
+    /// When the first bytes of the frame being read arrived.
+    frame_started: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -63,7 +115,23 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             buf: BytesMut::new(),
             filled_bytes: 0,
             frame_bytes_max,
+            memory: None,
+            timeouts: ReadTimeouts::default(),
+            frame_started: None,
         }
+    }
+
+    /// Charges what this reader holds to `budget` (see the module's notes).
+    pub fn with_budget(mut self, budget: Rc<MemoryBudget>) -> Self {
+        let held = budget.empty();
+        self.memory = Some((budget, held));
+        self
+    }
+
+    /// Needs glommio's executor (its timers) when any timeout is set.
+    pub fn with_timeouts(mut self, timeouts: ReadTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
     }
 
     /// The next frame's payload (without its size prefix), or `None` at a clean end of stream.
@@ -71,27 +139,53 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// The payload is split off the shared read buffer, not copied, so parts of it (record
     /// batches) can be kept and mutated in place.
     pub async fn next_frame(&mut self) -> Result<Option<BytesMut>, FrameError> {
+        Ok(self.next_frame_held().await?.map(|(frame, _)| frame))
+    }
+
+    /// [`Self::next_frame`], with the part of the budget the frame holds (its size, prefix
+    /// included): keep it as long as the frame's bytes are in use.
+    pub async fn next_frame_held(
+        &mut self,
+    ) -> Result<Option<(BytesMut, MemoryPermit)>, FrameError> {
         loop {
             let wanted_bytes = match self.complete_frame_len()? {
-                FrameLen::Complete(payload_bytes) => {
-                    self.buf.advance(FRAME_PREFIX_BYTES);
-                    self.filled_bytes -= FRAME_PREFIX_BYTES + payload_bytes;
-                    return Ok(Some(self.buf.split_to(payload_bytes)));
-                }
+                FrameLen::Complete(payload_bytes) => return Ok(Some(self.take(payload_bytes))),
                 FrameLen::Needs(total_bytes) => total_bytes,
             };
             let start = self.filled_bytes;
-            // `wanted_bytes` is at most the limit plus the prefix: the size was checked above.
-            let read_to = wanted_bytes.max(start + READ_CHUNK_BYTES);
-            // Past `filled_bytes` the buffer holds zeros from earlier reads: grow it only when it
-            // must, so that no byte is zeroed twice (zeroing a large frame's space before every
-            // read once cost a third of the broker's time).
-            if self.buf.len() < read_to {
-                // Growing may move the buffer: drop the zero padding first so only data moves.
-                self.buf.truncate(self.filled_bytes);
-                self.buf.resize(read_to, 0);
+            let read_to = (start + READ_CHUNK_BYTES).max(match self.memory {
+                Some(_) => wanted_bytes.min(start.saturating_mul(GROWTH)),
+                // `wanted_bytes` is at most the limit plus the prefix: the size was checked.
+                None => wanted_bytes,
+            });
+            let deadline = self.deadline();
+            if wanted_bytes > READ_CHUNK_BYTES {
+                // The whole frame, so that it can finish whatever other readers do.
+                self.claim(
+                    read_to.max(wanted_bytes),
+                    true,
+                    deadline,
+                    start,
+                    wanted_bytes,
+                )
+                .await?;
+            } else {
+                self.claim(read_to, false, deadline, start, wanted_bytes)
+                    .await?;
             }
-            let read_bytes = self.reader.read(&mut self.buf[start..]).await?;
+            self.grow_to(read_to);
+            let read = self.reader.read(&mut self.buf[start..]);
+            let read_bytes = match (start, deadline, self.timeouts.idle) {
+                (0, _, Some(idle)) => {
+                    within(Some(idle), read).await.ok_or(FrameError::Idle {
+                        idle_ms: idle.as_millis(),
+                    })??
+                }
+                (0, _, None) => read.await?,
+                (_, deadline, _) => within(remaining(deadline), read)
+                    .await
+                    .ok_or_else(|| self.timed_out(start, wanted_bytes))??,
+            };
             self.filled_bytes = start + read_bytes;
             if read_bytes == 0 {
                 return if start == 0 {
@@ -103,6 +197,95 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     })
                 };
             }
+            if start == 0 {
+                self.frame_started = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Cuts the complete frame of `payload_bytes` off the front of the buffer.
+    fn take(&mut self, payload_bytes: usize) -> (BytesMut, MemoryPermit) {
+        let frame_bytes = FRAME_PREFIX_BYTES + payload_bytes;
+        self.buf.advance(FRAME_PREFIX_BYTES);
+        self.filled_bytes -= frame_bytes;
+        let frame = self.buf.split_to(payload_bytes);
+        if frame_bytes > READ_CHUNK_BYTES && self.memory.is_some() {
+            // What was read past the frame would otherwise share (and keep alive) the frame's
+            // large allocation after the frame is done with; it is at most a read chunk.
+            self.buf = BytesMut::from(&self.buf[..self.filled_bytes]);
+        }
+        let permit = match &mut self.memory {
+            Some((_, held)) => {
+                let permit = held.split(frame_bytes);
+                held.shrink_to(self.buf.len());
+                permit
+            }
+            None => MemoryPermit::default(),
+        };
+        self.frame_started = (self.filled_bytes > 0).then(Instant::now);
+        (frame, permit)
+    }
+
+    /// Makes the reader hold `bytes` of its budget: waiting its turn if `wait`, within the
+    /// frame's deadline; at once otherwise.
+    async fn claim(
+        &mut self,
+        bytes: usize,
+        wait: bool,
+        deadline: Option<Instant>,
+        received_bytes: usize,
+        expected_bytes: usize,
+    ) -> Result<(), FrameError> {
+        let Some((budget, held)) = &mut self.memory else {
+            return Ok(());
+        };
+        let Some(more) = bytes.checked_sub(held.bytes()).filter(|&m| m > 0) else {
+            return Ok(());
+        };
+        let permit = if wait {
+            let acquire = budget.acquire(more);
+            match within(remaining(deadline), acquire).await {
+                Some(permit) => permit,
+                None => return Err(self.timed_out(received_bytes, expected_bytes)),
+            }
+        } else {
+            budget.force(more)
+        };
+        if let Some((_, held)) = &mut self.memory {
+            held.merge(permit);
+        }
+        Ok(())
+    }
+
+    /// Grows the buffer to `read_to` bytes (zeros past the data), allocating exactly that much:
+    /// the budget is charged for what the buffer holds, and `BytesMut` would round up.
+    fn grow_to(&mut self, read_to: usize) {
+        // Past `filled_bytes` the buffer holds zeros from earlier reads: grow it only when it
+        // must, so that no byte is zeroed twice (zeroing a large frame's space before every
+        // read once cost a third of the broker's time).
+        if self.buf.len() >= read_to {
+            return;
+        }
+        if self.buf.capacity() < read_to {
+            let mut grown = BytesMut::with_capacity(read_to);
+            grown.extend_from_slice(&self.buf[..self.filled_bytes]);
+            self.buf = grown;
+        } else {
+            self.buf.truncate(self.filled_bytes);
+        }
+        self.buf.resize(read_to, 0);
+    }
+
+    /// When the frame being read must be complete.
+    fn deadline(&self) -> Option<Instant> {
+        Some(self.frame_started? + self.timeouts.frame?)
+    }
+
+    fn timed_out(&self, received_bytes: usize, expected_bytes: usize) -> FrameError {
+        FrameError::ReadTimeout {
+            received_bytes,
+            expected_bytes,
+            timeout_ms: self.timeouts.frame.map_or(0, |t| t.as_millis()),
         }
     }
 
@@ -119,6 +302,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 limit_bytes: self.frame_bytes_max,
             });
         }
+        if let Some((budget, _)) = &self.memory
+            && FRAME_PREFIX_BYTES + payload_bytes > budget.capacity_bytes()
+        {
+            return Err(FrameError::OverBudget {
+                size_bytes: payload_bytes,
+                budget: budget.name(),
+                budget_bytes: budget.capacity_bytes(),
+            });
+        }
         if self.filled_bytes >= FRAME_PREFIX_BYTES + payload_bytes {
             Ok(FrameLen::Complete(payload_bytes))
         } else {
@@ -128,6 +320,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     pub fn get_ref(&self) -> &R {
         &self.reader
+    }
+}
+
+/// Time left until `deadline`; `None` if there is none.
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// `future`'s output, or `None` if `limit` passes first.
+async fn within<T>(limit: Option<Duration>, future: impl Future<Output = T>) -> Option<T> {
+    match limit {
+        None => Some(future.await),
+        Some(limit) => glommio::timer::timeout(limit, async { Ok(future.await) })
+            .await
+            .ok(),
     }
 }
 
@@ -273,7 +480,7 @@ pub fn frame_prefix(payload_bytes: usize) -> Result<[u8; FRAME_PREFIX_BYTES], Fr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures_lite::future::block_on;
+    use futures_lite::future::{self, block_on};
     use futures_lite::io::Cursor;
     use proptest::prelude::*;
 
@@ -367,6 +574,157 @@ mod tests {
             block_on(half_prefix.next_frame()).unwrap_err(),
             FrameError::Truncated { .. }
         ));
+    }
+
+    /// Serves `data`, then waits for ever (a peer that stopped sending).
+    struct ThenStall(Cursor<Vec<u8>>);
+
+    impl AsyncRead for ThenStall {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
+                std::task::Poll::Ready(Ok(0)) => std::task::Poll::Pending,
+                other => other,
+            }
+        }
+    }
+
+    fn prefix(payload_bytes: usize) -> Vec<u8> {
+        (payload_bytes as i32).to_be_bytes().to_vec()
+    }
+
+    proptest! {
+        #[test]
+        fn budgeted_frames_come_out_whole_and_hold_their_size(
+            sizes in proptest::collection::vec(0usize..200_000, 0..8),
+            step in 1usize..300_000,
+        ) {
+            let payloads: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (0..n).map(|j| (i * 7 + j) as u8).collect())
+                .collect();
+            let budget = MemoryBudget::new("request", 1 << 20);
+            let mut reader = FrameReader::new(Trickle { data: framed(&payloads), pos: 0, step }, 1 << 20)
+                .with_budget(budget.clone());
+            block_on(async {
+                for payload in &payloads {
+                    let (frame, permit) = reader.next_frame_held().await.unwrap().unwrap();
+                    assert_eq!(&frame[..], &payload[..]);
+                    assert_eq!(permit.bytes(), FRAME_PREFIX_BYTES + payload.len());
+                }
+                assert!(reader.next_frame().await.unwrap().is_none());
+            });
+            drop(reader);
+            assert_eq!(budget.used_bytes(), 0, "every byte given back");
+        }
+    }
+
+    #[test]
+    fn a_budgeted_buffer_grows_with_what_arrives_not_with_what_is_announced() {
+        let announced = 90 << 20;
+        let sent = 1 << 20;
+        let mut data = prefix(announced);
+        data.extend(vec![7u8; sent]);
+        let budget = MemoryBudget::new("request", 128 << 20);
+        let mut reader = FrameReader::new(Cursor::new(data), 100 << 20).with_budget(budget.clone());
+        let error = block_on(reader.next_frame()).unwrap_err();
+        assert!(matches!(error, FrameError::Truncated { .. }), "{error}");
+        // Reserved whole in the budget (so that it could finish), but only grown as it arrived.
+        assert_eq!(budget.used_bytes(), FRAME_PREFIX_BYTES + announced);
+        let capacity = reader.buf.capacity();
+        assert!(capacity >= sent, "{capacity}");
+        assert!(capacity <= GROWTH * (sent + READ_CHUNK_BYTES), "{capacity}");
+        drop(reader);
+        assert_eq!(budget.used_bytes(), 0);
+        // Without a budget (a client reading answers it asked for) the prefix is trusted.
+        let mut data = prefix(announced);
+        data.extend(vec![7u8; sent]);
+        let mut client = FrameReader::new(Cursor::new(data), 100 << 20);
+        assert!(block_on(client.next_frame()).is_err());
+        assert!(client.buf.capacity() >= announced);
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_budget_is_refused() {
+        let mut data = prefix(5000);
+        data.extend(vec![0; 5000]);
+        let budget = MemoryBudget::new("request", 4096);
+        let mut reader = FrameReader::new(Cursor::new(data), 1 << 20).with_budget(budget);
+        let error = block_on(reader.next_frame()).unwrap_err();
+        assert!(matches!(
+            error,
+            FrameError::OverBudget {
+                size_bytes: 5000,
+                budget_bytes: 4096,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn large_frames_wait_for_the_budget_and_small_ones_do_not() {
+        let budget = MemoryBudget::new("request", 1 << 20);
+        let spent = budget.try_acquire(1 << 20).unwrap();
+        let small = framed(&[vec![1; 100], vec![2; 200]]);
+        let mut reader = FrameReader::new(Cursor::new(small), 1 << 20).with_budget(budget.clone());
+        block_on(async {
+            assert_eq!(reader.next_frame().await.unwrap().unwrap().len(), 100);
+            assert_eq!(reader.next_frame().await.unwrap().unwrap().len(), 200);
+        });
+        let large = framed(&[vec![3; 300_000]]);
+        let mut reader = FrameReader::new(Cursor::new(large), 1 << 20).with_budget(budget.clone());
+        block_on(async {
+            let mut next = Box::pin(reader.next_frame());
+            assert!(
+                future::poll_once(&mut next).await.is_none(),
+                "waits for the budget"
+            );
+            assert_eq!(budget.waiting_count(), 1);
+            drop(spent);
+            let frame = next.await.unwrap().unwrap();
+            assert_eq!(frame.len(), 300_000);
+        });
+    }
+
+    #[test]
+    fn a_stalled_frame_times_out_and_an_idle_connection_is_closed() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let timeouts = ReadTimeouts {
+                    idle: Some(Duration::from_millis(50)),
+                    frame: Some(Duration::from_millis(100)),
+                };
+                let mut data = prefix(1000);
+                data.extend(vec![0; 10]);
+                let started = Instant::now();
+                let mut reader =
+                    FrameReader::new(ThenStall(Cursor::new(data)), 1 << 20).with_timeouts(timeouts);
+                let error = reader.next_frame().await.unwrap_err();
+                assert!(
+                    matches!(
+                        error,
+                        FrameError::ReadTimeout {
+                            received_bytes: 14,
+                            expected_bytes: 1004,
+                            timeout_ms: 100
+                        }
+                    ),
+                    "{error}"
+                );
+                assert!(started.elapsed() >= Duration::from_millis(100));
+                let mut idle = FrameReader::new(ThenStall(Cursor::new(framed(&[vec![1]]))), 100)
+                    .with_timeouts(timeouts);
+                assert_eq!(idle.next_frame().await.unwrap().unwrap().len(), 1);
+                let error = idle.next_frame().await.unwrap_err();
+                assert!(matches!(error, FrameError::Idle { idle_ms: 50 }), "{error}");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! Module map:
 //! - [`frame`]: size-prefixed frames in ([`frame::FrameReader`], bounded, one reused buffer) and
 //!   out ([`frame::FrameBuilder`], [`frame::FrameWriter`]: chunks, large ones never copied).
+//! - [`budget`]: per-shard memory budgets (FIFO waiters, permits that give their bytes back), for
+//!   requests being read and fetch responses being sent.
 //! - [`versions`]: the one table of APIs and versions we speak; [`api_versions`] builds
 //!   ApiVersions responses from it.
 //! - [`api`]: the [`Request`] and [`Response`] enums, one variant per API.
@@ -21,6 +23,7 @@
 
 pub mod api;
 pub mod api_versions;
+pub mod budget;
 pub mod client;
 pub mod fetch;
 pub mod frame;
@@ -33,6 +36,7 @@ pub mod versions;
 mod wire;
 
 pub use api::{Request, Response};
+pub use budget::{HeldMemory, MemoryBudget, MemoryPermit};
 pub use fetch::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
 pub use kafka_protocol;
 pub use produce::{Acks, ProducePartition, ProduceRequest, ProduceTopic};

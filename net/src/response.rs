@@ -9,6 +9,7 @@ use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 
 use crate::api::Response;
+use crate::budget::HeldMemory;
 use crate::frame::{FrameBuilder, FrameError};
 use crate::versions;
 use crate::wire;
@@ -17,6 +18,8 @@ use crate::wire;
 #[derive(Debug, Clone)]
 pub struct ResponseFrame {
     chunks: Vec<Bytes>,
+    /// Budgeted memory the chunks hold, given back when the frame is dropped (once written).
+    _memory: HeldMemory,
 }
 
 impl ResponseFrame {
@@ -93,8 +96,13 @@ pub fn encode_response(
             version,
             reason,
         })?;
+    let memory = match &response {
+        Response::Fetch(fetch) => fetch.memory.clone(),
+        _ => HeldMemory::default(),
+    };
     Ok(ResponseFrame {
         chunks: frame.finish()?,
+        _memory: memory,
     })
 }
 

@@ -10,6 +10,11 @@
 //! connection with a warning naming the peer, except an ApiVersions request at a version we do
 //! not speak: that is answered with error 35 so the client can retry lower. A handler's work is
 //! never cancelled: when a connection closes, the requests it started still run to the end.
+//!
+//! A request's bytes are charged to the shard's request budget from the moment they are read
+//! until its response is written (see [`crate::frame`]); a frame must arrive whole within the
+//! read timeout once it has started, and a connection that starts no frame for the idle timeout
+//! is closed.
 
 use std::future::Future;
 use std::rc::Rc;
@@ -23,7 +28,8 @@ use kafka_protocol::messages::RequestHeader;
 
 use crate::api::{Request, Response};
 use crate::api_versions;
-use crate::frame::{FRAME_BYTES_MAX_DEFAULT, FrameError, FrameReader, FrameWriter};
+use crate::budget::{MemoryBudget, MemoryPermit};
+use crate::frame::{FRAME_BYTES_MAX_DEFAULT, FrameError, FrameReader, FrameWriter, ReadTimeouts};
 use crate::request::{DecodeError, decode_request};
 use crate::response::{EncodeError, ResponseFrame, encode_response};
 
@@ -43,6 +49,10 @@ pub struct ConnectionConfig {
     pub frame_bytes_max: usize,
     /// How many requests of one connection may be in progress at once; at least 1.
     pub in_flight_max: usize,
+    /// The shard's budget for requests being read and queued; `None` leaves them unbounded.
+    pub request_memory: Option<Rc<MemoryBudget>>,
+    /// How long a frame may take to arrive, and a connection may sit idle.
+    pub read_timeouts: ReadTimeouts,
     /// When triggered, the connection stops reading, finishes what is in flight and returns.
     pub shutdown: ShutdownSignal,
 }
@@ -52,6 +62,8 @@ impl Default for ConnectionConfig {
         Self {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             in_flight_max: 16,
+            request_memory: None,
+            read_timeouts: ReadTimeouts::default(),
             shutdown: ShutdownSignal::new(),
         }
     }
@@ -113,6 +125,11 @@ impl ConnectionError {
         matches!(self, ConnectionError::Io(e) if matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted))
             || matches!(self, ConnectionError::Frame(FrameError::Io(e)) if matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted))
     }
+
+    /// Whether the connection was closed for sitting idle: routine, as in Kafka.
+    pub fn is_idle(&self) -> bool {
+        matches!(self, ConnectionError::Frame(FrameError::Idle { .. }))
+    }
 }
 
 /// Serves a client connection until the client closes it, shutdown is triggered, or the client
@@ -160,6 +177,8 @@ where
         if e.is_peer_gone() {
             // The client went away: its business, not a fault worth a warning.
             tracing::debug!(peer, reason = %e, "connection closed by the client");
+        } else if e.is_idle() {
+            tracing::debug!(peer, reason = %e, "closing idle connection");
         } else {
             tracing::warn!(peer, reason = %e, "closing connection");
         }
@@ -167,8 +186,9 @@ where
     result
 }
 
-/// A request in progress: its task's answer, and the permit that counts it as in flight.
-type InFlight = (JoinHandle<Answer>, StaticPermit);
+/// A request in progress: its task's answer, the permit that counts it as in flight, and the
+/// request memory its bytes hold until the answer is written.
+type InFlight = (JoinHandle<Answer>, StaticPermit, MemoryPermit);
 
 /// What a request's task yields: the encoded response, if any.
 type Answer = Result<Option<ResponseFrame>, EncodeError>;
@@ -180,7 +200,11 @@ async fn read_requests<R: AsyncRead + Unpin, H: Handler>(
     config: &ConnectionConfig,
     permits: &Rc<Semaphore>,
 ) -> Result<(), ConnectionError> {
-    let mut frames = FrameReader::new(reader, config.frame_bytes_max);
+    let mut frames =
+        FrameReader::new(reader, config.frame_bytes_max).with_timeouts(config.read_timeouts);
+    if let Some(budget) = &config.request_memory {
+        frames = frames.with_budget(budget.clone());
+    }
     loop {
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             return Ok(());
@@ -188,11 +212,11 @@ async fn read_requests<R: AsyncRead + Unpin, H: Handler>(
         if config.shutdown.is_triggered() {
             return Ok(());
         }
-        let next = future::or(async { Some(frames.next_frame().await) }, async {
+        let next = future::or(async { Some(frames.next_frame_held().await) }, async {
             config.shutdown.triggered().await;
             None
         });
-        let Some(Some(frame)) = next.await.transpose()? else {
+        let Some(Some((frame, memory))) = next.await.transpose()? else {
             return Ok(()); // end of stream or shutdown
         };
         let task = match decode_request(frame) {
@@ -214,7 +238,7 @@ async fn read_requests<R: AsyncRead + Unpin, H: Handler>(
             }
             Err(e) => return Err(e.into()),
         };
-        if sender.send((task.detach(), permit)).await.is_err() {
+        if sender.send((task.detach(), permit, memory)).await.is_err() {
             return Ok(()); // the writer has stopped
         }
     }
@@ -236,7 +260,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(
                 receiver.recv().await
             }
         };
-        let Some((mut task, _permit)) = next else {
+        let Some((mut task, _permit, _memory)) = next else {
             break;
         };
         let answer = match future::poll_once(&mut task).await {
