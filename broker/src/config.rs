@@ -96,6 +96,22 @@ pub struct Settings {
     /// This broker's rack, given to clients in Metadata and DescribeCluster (broker.rack).
     #[arg(long)]
     pub rack: Option<String>,
+    /// Memory for requests being read and queued, divided among the shards; when a shard's
+    /// share is spent it stops reading large requests [default: an eighth of the machine's
+    /// memory].
+    #[arg(long)]
+    pub request_memory_bytes: Option<usize>,
+    /// Memory for fetch responses read from disk and not yet sent, divided among the shards
+    /// [default: an eighth of the machine's memory].
+    #[arg(long)]
+    pub fetch_memory_bytes: Option<usize>,
+    /// How long a request may take to arrive once its first bytes have [default: 30000].
+    #[arg(long)]
+    pub request_read_timeout_ms: Option<u64>,
+    /// Close connections that start no request for this long, connections.max.idle.ms
+    /// [default: 600000].
+    #[arg(long)]
+    pub connections_max_idle_ms: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -145,6 +161,17 @@ pub struct BrokerConfig {
     /// `None`: min(3, live brokers).
     pub default_replication_factor: Option<i16>,
     pub rack: Option<String>,
+    pub memory: MemoryConfig,
+}
+
+/// Each shard's memory budgets (the process's, divided by the shard count) and the timeouts
+/// that keep a slow peer from holding them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryConfig {
+    pub request_bytes_per_shard: usize,
+    pub fetch_bytes_per_shard: usize,
+    pub request_read_timeout: Duration,
+    pub connections_max_idle: Duration,
 }
 
 /// What a topic gets unless it says otherwise.
@@ -201,6 +228,8 @@ impl Settings {
             default_max_message_bytes, request_max_bytes, cache_bytes, offsets_partitions,
             group_initial_rebalance_delay_ms, retention_check_interval_ms,
             default_replication_factor, rack,
+            request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
+            connections_max_idle_ms,
         )
     }
 
@@ -287,6 +316,7 @@ impl Settings {
             ));
         }
         let storage_defaults = StorageConfig::default();
+        let memory = self.memory(cores)?;
         Ok(BrokerConfig {
             listen,
             advertise_host,
@@ -311,8 +341,65 @@ impl Settings {
             ),
             default_replication_factor: self.default_replication_factor,
             rack: self.rack.filter(|r| !r.is_empty()),
+            memory,
         })
     }
+
+    fn memory(&self, shards: usize) -> Result<MemoryConfig, ConfigError> {
+        // An eighth of the machine each: with the batch cache and read-ahead (256 + 64 MiB a
+        // shard) that leaves most of it to the page cache and the rest of the system.
+        let share = || machine_memory_bytes() / 8;
+        let per_shard = |flag: &str, total: Option<usize>| {
+            let total = total.unwrap_or_else(share);
+            let per_shard = total / shards;
+            if per_shard < READ_BUDGET_MIN_BYTES {
+                return Err(ConfigError::Invalid(format!(
+                    "{flag} {total}: each of the {shards} shards needs at least \
+                     {READ_BUDGET_MIN_BYTES} bytes"
+                )));
+            }
+            Ok(per_shard)
+        };
+        let timeout = |flag: &str, ms: Option<u64>, default_ms: u64| match ms.unwrap_or(default_ms)
+        {
+            0 => Err(ConfigError::Invalid(format!("{flag} must be at least 1"))),
+            ms => Ok(Duration::from_millis(ms)),
+        };
+        Ok(MemoryConfig {
+            request_bytes_per_shard: per_shard(
+                "--request-memory-bytes",
+                self.request_memory_bytes,
+            )?,
+            fetch_bytes_per_shard: per_shard("--fetch-memory-bytes", self.fetch_memory_bytes)?,
+            // What clients wait for a request before they give up on it (request.timeout.ms,
+            // 30 s in librdkafka and the Java client): a frame still arriving after that is
+            // of no use to anyone, and holds its memory.
+            request_read_timeout: timeout(
+                "--request-read-timeout-ms",
+                self.request_read_timeout_ms,
+                30_000,
+            )?,
+            connections_max_idle: timeout(
+                "--connections-max-idle-ms",
+                self.connections_max_idle_ms,
+                600_000,
+            )?,
+        })
+    }
+}
+
+/// The least a shard's request or fetch budget may be: one read chunk of a frame, one batch.
+const READ_BUDGET_MIN_BYTES: usize = 1 << 20;
+
+/// The machine's memory (MemTotal), or 8 GiB if /proc does not say.
+fn machine_memory_bytes() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let kib = s.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+            kib.trim().strip_suffix("kB")?.trim().parse::<usize>().ok()
+        })
+        .map_or(8 << 30, |kib| kib * 1024)
 }
 
 fn parse_host_port(s: &str) -> Option<(String, i32)> {
@@ -385,6 +472,33 @@ mod tests {
         assert_eq!(config.advertise_port, 1234);
         assert_eq!(config.durability, Durability::Fsync);
         assert!(toml::from_str::<Settings>("no_such_key = 1").is_err());
+    }
+
+    #[test]
+    fn memory_budgets_are_divided_among_the_shards() {
+        let settings: Settings = toml::from_str(
+            "cores = 2\nrequest_memory_bytes = 67108864\nfetch_memory_bytes = 33554432\n\
+             request_read_timeout_ms = 2000",
+        )
+        .unwrap();
+        let memory = settings.resolve().unwrap().memory;
+        assert_eq!(memory.request_bytes_per_shard, 32 << 20);
+        assert_eq!(memory.fetch_bytes_per_shard, 16 << 20);
+        assert_eq!(memory.request_read_timeout, Duration::from_secs(2));
+        assert_eq!(memory.connections_max_idle, Duration::from_secs(600));
+        let defaults = Settings::default().resolve().unwrap().memory;
+        assert!(defaults.request_bytes_per_shard >= READ_BUDGET_MIN_BYTES);
+        let tiny = Settings {
+            cores: Some(2),
+            fetch_memory_bytes: Some(1000),
+            ..Settings::default()
+        };
+        assert!(
+            tiny.resolve()
+                .unwrap_err()
+                .to_string()
+                .contains("--fetch-memory-bytes")
+        );
     }
 
     #[test]

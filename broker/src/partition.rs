@@ -84,6 +84,16 @@ pub struct Fetched {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub batches: Vec<Bytes>,
+    /// Not read: the batches are on disk only, and the fetch asked for memory only.
+    pub needs_disk: bool,
+}
+
+/// Whether a fetch may read segment files, or only what is in memory (the batch cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskReads {
+    Allowed,
+    /// Answer [`Fetched::needs_disk`] instead: the caller first reserves fetch memory.
+    Deferred,
 }
 
 impl Fetched {
@@ -93,6 +103,7 @@ impl Fetched {
             high_watermark: -1,
             log_start_offset: -1,
             batches: Vec::new(),
+            needs_disk: false,
         }
     }
 
@@ -269,9 +280,19 @@ impl Partition {
     }
 
     /// Reads from `offset`: at least one whole batch if there is one below the high watermark,
-    /// then more while they fit in `max_bytes`.
-    pub async fn fetch(&self, offset: i64, max_bytes: usize) -> Fetched {
+    /// then more while they fit in `max_bytes`. With [`DiskReads::Deferred`], a read that would
+    /// go to disk is not made.
+    pub async fn fetch(&self, offset: i64, max_bytes: usize, disk: DiskReads) -> Fetched {
         let high_watermark = self.log.high_watermark();
+        if disk == DiskReads::Deferred && !self.log.read_is_from_memory(offset, high_watermark) {
+            return Fetched {
+                error: None,
+                high_watermark,
+                log_start_offset: self.log.log_start_offset(),
+                batches: Vec::new(),
+                needs_disk: true,
+            };
+        }
         let result = self.log.read(offset, max_bytes, high_watermark).await;
         let log_start_offset = self.log.log_start_offset();
         match result {
@@ -280,12 +301,14 @@ impl Partition {
                 high_watermark,
                 log_start_offset,
                 batches,
+                needs_disk: false,
             },
             Err(e) => Fetched {
                 error: Some(read_error(&e)),
                 high_watermark,
                 log_start_offset,
                 batches: Vec::new(),
+                needs_disk: false,
             },
         }
     }

@@ -19,6 +19,7 @@ use futures_channel::oneshot;
 use futures_lite::future;
 use glommio::{LocalExecutorBuilder, Placement};
 use net::ConnectionConfig;
+use net::frame::ReadTimeouts;
 use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
 use model::{BrokerRegistration, ClusterMetadata, Command};
@@ -330,6 +331,17 @@ async fn run_shard(
 
     let listener =
         listen(config.listen).map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    tracing::info!(
+        shard = id,
+        request_memory_bytes = shard.request_memory.capacity_bytes(),
+        fetch_memory_bytes = shard.fetch_memory.capacity_bytes(),
+        cache_bytes = config.storage.cache_bytes_max,
+        readahead_bytes = config.storage.readahead_bytes_max,
+        in_use_bytes = shard.request_memory.used_bytes()
+            + shard.fetch_memory.used_bytes()
+            + shard.storage.cache_used_bytes(),
+        "memory budgets"
+    );
     if id == 0 {
         tracing::info!(listen = %config.listen, "ready");
     }
@@ -390,6 +402,11 @@ async fn accept_loop(
         });
         let config = ConnectionConfig {
             frame_bytes_max: shard.config.request_max_bytes,
+            request_memory: Some(shard.request_memory.clone()),
+            read_timeouts: ReadTimeouts {
+                idle: Some(shard.config.memory.connections_max_idle),
+                frame: Some(shard.config.memory.request_read_timeout),
+            },
             shutdown: shard.shutdown.clone(),
             ..ConnectionConfig::default()
         };

@@ -10,8 +10,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use glommio::sync::Semaphore;
-use net::ShutdownSignal;
 use net::kafka_protocol::ResponseError;
+use net::{MemoryBudget, ShutdownSignal};
 use storage::ShardStorage;
 
 use model::{ClusterMetadata, NodeId};
@@ -45,6 +45,10 @@ pub struct Shard {
     controller: Option<Controller>,
     producer_ids: ProducerIds,
     pub shutdown: ShutdownSignal,
+    /// This shard's share of the memory for requests being read and queued (net::frame).
+    pub request_memory: Rc<MemoryBudget>,
+    /// This shard's share of the memory for fetch responses read from disk and not yet sent.
+    pub fetch_memory: Rc<MemoryBudget>,
 }
 
 /// Why a shard could not start or apply new metadata.
@@ -66,6 +70,9 @@ impl Shard {
         metadata: Arc<ClusterMetadata>,
     ) -> Shard {
         let count = config.shard_cpus.len();
+        let request_memory =
+            MemoryBudget::new("request memory", config.memory.request_bytes_per_shard);
+        let fetch_memory = MemoryBudget::new("fetch memory", config.memory.fetch_bytes_per_shard);
         Shard {
             id,
             count,
@@ -80,6 +87,8 @@ impl Shard {
             controller: (id == CONTROLLER_SHARD).then(Controller::default),
             producer_ids: ProducerIds::default(),
             shutdown: ShutdownSignal::new(),
+            request_memory,
+            fetch_memory,
         }
     }
 

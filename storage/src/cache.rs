@@ -145,6 +145,18 @@ impl BatchCache {
         Some(out)
     }
 
+    /// Whether the batch holding `offset` is cached (a read from there needs no disk IO).
+    pub fn holds(&self, key: CacheKey, offset: i64) -> bool {
+        let inner = self.inner.borrow();
+        let Some(log) = inner.logs.get(&key) else {
+            return false;
+        };
+        let first = log.batches.partition_point(|b| b.next_offset <= offset);
+        log.batches
+            .get(first)
+            .is_some_and(|b| b.base_offset <= offset)
+    }
+
     /// Drops the log's batches at and after `offset` (the log was truncated).
     pub fn truncate(&self, key: CacheKey, offset: i64) {
         self.drop_where(key, |b| b.next_offset > offset, true);

@@ -548,6 +548,18 @@ impl Log {
         }
     }
 
+    /// Whether [`Log::read`] from `offset` below `upper_bound` is answered without reading a
+    /// segment file: from the cache, or with nothing (an offset out of range, at the end). Lets
+    /// a caller budget the memory of disk reads only (cached batches are bounded by the cache).
+    pub fn read_is_from_memory(&self, offset: i64, upper_bound: i64) -> bool {
+        let state = self.state.borrow();
+        let end = self.end_offset.get();
+        self.closed.get()
+            || offset < state.log_start_offset()
+            || offset >= upper_bound.min(end)
+            || self.shard.cache.holds(self.cache_key, offset)
+    }
+
     /// The headers of the batches in about the last `max_bytes` of the active segment, oldest
     /// first: what a broker needs to rebuild state kept in memory (idempotent producers' last
     /// sequences) after a restart, without reading the whole log.

@@ -151,7 +151,71 @@ fn broker_configs(shard: &Shard, inherited: &topic_config::Inherited) -> Vec<Des
             ConfigType::Int,
         ),
     ]);
+    configs.extend(
+        memory_configs(shard)
+            .into_iter()
+            .map(|(name, value, kind)| own(name, value, kind)),
+    );
     configs
+}
+
+/// The memory budgets (Kafka's queued.max.request.bytes is the request memory of the whole
+/// broker) and what the answering shard has in use of them, for an operator asking why a
+/// client is slowed down.
+fn memory_configs(shard: &Shard) -> Vec<(&'static str, String, ConfigType)> {
+    let memory = &shard.config.memory;
+    let budget = |b: &net::MemoryBudget| {
+        format!(
+            "shard {}: {} of {} bytes in use, {} waiting, {} waited since start",
+            shard.id,
+            b.used_bytes(),
+            b.capacity_bytes(),
+            b.waiting_count(),
+            b.waited_count()
+        )
+    };
+    vec![
+        (
+            "queued.max.request.bytes",
+            (memory.request_bytes_per_shard * shard.count).to_string(),
+            ConfigType::Long,
+        ),
+        (
+            "connections.max.idle.ms",
+            memory.connections_max_idle.as_millis().to_string(),
+            ConfigType::Long,
+        ),
+        (
+            "spindle.request.read.timeout.ms",
+            memory.request_read_timeout.as_millis().to_string(),
+            ConfigType::Long,
+        ),
+        (
+            "spindle.fetch.memory.bytes",
+            (memory.fetch_bytes_per_shard * shard.count).to_string(),
+            ConfigType::Long,
+        ),
+        (
+            "spindle.request.memory.in.use",
+            budget(&shard.request_memory),
+            ConfigType::String,
+        ),
+        (
+            "spindle.fetch.memory.in.use",
+            budget(&shard.fetch_memory),
+            ConfigType::String,
+        ),
+        (
+            "spindle.cache.memory.in.use",
+            format!(
+                "shard {}: {} of {} bytes",
+                shard.id,
+                shard.storage.cache_used_bytes(),
+                shard.config.storage.cache_bytes_max
+            ),
+            ConfigType::String,
+        ),
+    ]
 }
 
 /// One DescribeConfigs row as `version` has it.

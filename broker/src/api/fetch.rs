@@ -2,6 +2,15 @@
 //! and go into the response frame as they are. While there is less than `min_bytes` to send, the
 //! request waits (at most `max_wait_ms` in all) for any of its partitions to get new records,
 //! woken by the appends themselves, and reads again.
+//!
+//! Memory: batches in the shard's cache are served as they are (the cache's budget bounds them,
+//! however many consumers hold them). Batches on disk are read only after this shard's fetch
+//! memory has room for them, first come, first served: a fetch that already has cached batches
+//! to answer with takes what room there is now or answers with those alone; one with nothing
+//! waits its turn. A fetch takes at most a quarter of the budget, so that one greedy consumer
+//! leaves room for others, and always at least one batch (Kafka's rule: a batch larger than
+//! its share is still served, and charged in full). The memory is held until the response is
+//! written.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,15 +22,23 @@ use net::kafka_protocol::ResponseError;
 use net::kafka_protocol::messages::FetchRequest;
 use net::kafka_protocol::protocol::StrBytes;
 use net::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
+use net::{HeldMemory, MemoryPermit};
 use uuid::Uuid;
 
 use crate::api::on_owners;
-use crate::partition::Fetched;
+use crate::partition::{DiskReads, Fetched};
 use crate::routing::{self, Route};
 use crate::shard::Shard;
 
 /// The longest a fetch waits for records, whatever the client asks.
 const WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// A fetch takes at most this fraction of its shard's fetch memory.
+const FETCH_SHARE_DIVISOR: usize = 4;
+
+/// What a disk read holds beyond the batches it returns: it starts at the index entry before
+/// the offset and reads 64 KiB past what it was asked for (storage::segment::read_batches).
+const DISK_READ_SLACK_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone)]
 struct Wanted {
@@ -81,7 +98,7 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
         topics.push((name, id, partitions));
     }
 
-    let mut fetched = read(shard, &wanted).await;
+    let (mut fetched, mut memory) = read(shard, &wanted, max_bytes).await;
     // Kafka answers at once with min_bytes 0, and as soon as there is an error to report.
     loop {
         let total: usize = fetched.iter().map(Fetched::bytes).sum();
@@ -105,18 +122,104 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             })
             .collect();
         wait_for_records(shard, &waits, deadline).await;
-        fetched = read(shard, &wanted).await;
+        // The last read's memory goes back before the next one asks for more.
+        drop(fetched);
+        drop(memory);
+        (fetched, memory) = read(shard, &wanted, max_bytes).await;
     }
-    respond(topics, fetched, max_bytes)
+    let mut response = respond(topics, fetched, max_bytes);
+    response.memory = HeldMemory::new(memory);
+    response
 }
 
-async fn read(shard: &Rc<Shard>, wanted: &[(usize, Wanted)]) -> Vec<Fetched> {
+/// Reads every wanted partition: from memory first, then from disk where the fetch memory
+/// allows (see the module's notes). Returns the fetch memory the disk reads hold.
+async fn read(
+    shard: &Rc<Shard>,
+    wanted: &[(usize, Wanted)],
+    max_bytes: usize,
+) -> (Vec<Fetched>, MemoryPermit) {
+    let mut fetched = read_on_owners(shard, wanted.to_vec(), DiskReads::Deferred).await;
+    let budget = &shard.fetch_memory;
+    let deferred: Vec<usize> = (0..fetched.len())
+        .filter(|&i| fetched[i].needs_disk)
+        .collect();
+    if deferred.is_empty() {
+        return (fetched, budget.empty());
+    }
+    let cached_bytes: usize = fetched.iter().map(Fetched::bytes).sum();
+    let room_bytes = max_bytes.saturating_sub(cached_bytes);
+    let share_bytes =
+        (budget.capacity_bytes() / FETCH_SHARE_DIVISOR).max(DISK_READ_SLACK_BYTES * 2);
+    let want_bytes = deferred
+        .iter()
+        .map(|&i| wanted[i].1.max_bytes.min(room_bytes) + DISK_READ_SLACK_BYTES)
+        .fold(0usize, usize::saturating_add)
+        .min(share_bytes);
+    let permit = if cached_bytes > 0 {
+        // Something to answer with already: take what room there is, or answer with that.
+        match (room_bytes > 0)
+            .then(|| budget.try_acquire(want_bytes))
+            .flatten()
+        {
+            Some(permit) => permit,
+            None => {
+                fetched.iter_mut().for_each(|f| f.needs_disk = false);
+                return (fetched, budget.empty());
+            }
+        }
+    } else {
+        budget.acquire(want_bytes).await
+    };
+    // Share the grant out in request order; the first partition is read whatever is left (at
+    // least one batch), the ones it does not reach are answered empty this time.
+    let mut left_bytes = permit.bytes();
+    let mut reads = Vec::new();
+    let mut granted = Vec::new();
+    for (n, &i) in deferred.iter().enumerate() {
+        fetched[i].needs_disk = false;
+        let grant = left_bytes.saturating_sub(DISK_READ_SLACK_BYTES);
+        if grant == 0 && n > 0 {
+            continue;
+        }
+        let grant = wanted[i].1.max_bytes.min(grant);
+        left_bytes = left_bytes.saturating_sub(grant + DISK_READ_SLACK_BYTES);
+        let (owner, w) = &wanted[i];
+        reads.push((
+            *owner,
+            Wanted {
+                max_bytes: grant,
+                ..w.clone()
+            },
+        ));
+        granted.push((i, grant));
+    }
+    let mut permit = permit;
+    let mut charged_bytes = 0usize;
+    let from_disk = read_on_owners(shard, reads, DiskReads::Allowed).await;
+    for ((i, grant), f) in granted.into_iter().zip(from_disk) {
+        if !f.batches.is_empty() {
+            charged_bytes += f.bytes().max(grant) + DISK_READ_SLACK_BYTES;
+        }
+        fetched[i] = f;
+    }
+    // What the reads hold: less than granted when they found less, more when a first batch
+    // was larger than its grant (already read: it is charged, not waited for).
+    permit.resize_forced(charged_bytes);
+    (fetched, permit)
+}
+
+async fn read_on_owners(
+    shard: &Rc<Shard>,
+    wanted: Vec<(usize, Wanted)>,
+    disk: DiskReads,
+) -> Vec<Fetched> {
     on_owners(
         shard,
-        wanted.to_vec(),
-        |owner: Rc<Shard>, w: Wanted| async move {
+        wanted,
+        move |owner: Rc<Shard>, w: Wanted| async move {
             match owner.partition(&w.topic, w.partition) {
-                Some(p) => p.fetch(w.offset, w.max_bytes).await,
+                Some(p) => p.fetch(w.offset, w.max_bytes, disk).await,
                 None => Fetched::failed(ResponseError::NotLeaderOrFollower),
             }
         },
@@ -244,5 +347,6 @@ fn respond(topics: Vec<TopicShape>, fetched: Vec<Fetched>, max_bytes: usize) -> 
         error_code: 0,
         session_id: 0,
         topics,
+        memory: HeldMemory::default(),
     }
 }
