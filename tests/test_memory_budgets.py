@@ -29,7 +29,7 @@ MIB = 1 << 20
 # (storage's default, 64 MiB) and the batch cache these tests set (--cache-bytes).
 READAHEAD_BYTES_PER_SHARD = 64 * MIB
 # Allocator slack, thread stacks, the kernel's view of pages just freed.
-RSS_SLACK_BYTES = 48 * MIB
+RSS_SLACK_BYTES = 64 * MIB
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -116,6 +116,34 @@ def latency_probe(bootstrap: str, topic: str) -> Iterator[list[float]]:
         raise errors[0]
 
 
+def broker_config(bootstrap: str) -> dict[str, str]:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.BROKER, "0")
+    client = clients.admin(bootstrap)  # must outlive its futures
+    future = client.describe_configs([resource])[resource]
+    return {name: entry.value for name, entry in future.result(timeout=30).items()}
+
+
+@pytest.mark.spindle_only("--connections-max-idle-ms is spindle's flag for Kafka's setting")
+def test_idle_connections_are_closed_and_busy_ones_kept(broker_factory: Callable[..., Broker]) -> None:
+    idle_s = 1.0
+    broker = broker_factory(extra_args=("--connections-max-idle-ms", str(int(idle_s * 1000))))
+    with (
+        kafka_wire.Connection(broker.host, broker.port) as idle,
+        kafka_wire.Connection(broker.host, broker.port) as busy,
+    ):
+        idle.api_versions()
+        started = time.monotonic()
+        # Requests more often than the idle timeout keep a connection open.
+        while time.monotonic() - started < 3 * idle_s:
+            busy.api_versions()
+            time.sleep(idle_s / 4)
+        with pytest.raises((kafka_wire.WireError, ConnectionError)):
+            idle.api_versions()
+        busy.api_versions()
+
+
 def produce_header_v3() -> bytes:
     """The start of a Produce v3 body (transactional id, acks, timeout): what a real client's
     large produce frame starts with."""
@@ -143,6 +171,12 @@ def test_partial_frames_stay_in_the_request_budget_and_are_closed_after_the_read
     )
     topic = unique("probe")
     clients.create_topic(broker.bootstrap, topic, 1)
+    # An operator sees the budgets: one log line per shard at start, and DescribeConfigs.
+    assert broker.log_path.read_text(errors="replace").count("memory budgets") == TEST_CORES
+    described = broker_config(broker.bootstrap)
+    assert described["queued.max.request.bytes"] == str(request_memory // TEST_CORES * TEST_CORES)
+    assert described["spindle.request.read.timeout.ms"] == str(int(read_timeout_s * 1000))
+    assert "bytes in use" in described["spindle.fetch.memory.in.use"]
     with latency_probe(broker.bootstrap, topic) as latencies:
         baseline = rss_bytes(pid_of(broker))
         with RssWatch(pid_of(broker)) as watch:
