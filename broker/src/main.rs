@@ -26,7 +26,7 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a broker.
-    Serve(config::ServeArgs),
+    Serve(Box<config::ServeArgs>),
     #[command(flatten)]
     Admin(cli::Command),
 }
@@ -34,7 +34,7 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Admin(command) => cli::run(command),
     }
 }
