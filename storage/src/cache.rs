@@ -270,6 +270,24 @@ mod tests {
     }
 
     #[test]
+    fn holds_says_what_a_read_would_find() {
+        let cache = BatchCache::new(1 << 20);
+        let key = cache.register(Rc::new(Watermark::new(i64::MAX)));
+        for i in 1..4 {
+            cache.insert(key, batch(i * 10, 10, 100));
+        }
+        for offset in [5, 9, 40, 100] {
+            assert!(!cache.holds(key, offset), "{offset}");
+            assert!(cache.read(key, offset, 1, i64::MAX).is_none(), "{offset}");
+        }
+        for offset in [10, 25, 39] {
+            assert!(cache.holds(key, offset), "{offset}");
+            assert!(cache.read(key, offset, 1, i64::MAX).is_some(), "{offset}");
+        }
+        assert!(!cache.holds(key + 1, 10), "an unknown log holds nothing");
+    }
+
+    #[test]
     fn evicts_oldest_first_but_never_unwritten_batches() {
         let written = Rc::new(Watermark::new(0));
         let cache = BatchCache::new(250);
