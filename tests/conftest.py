@@ -7,6 +7,12 @@ Kafka-compatible broker from PyPI, which is how the tests themselves are checked
 only; tests marked `noida_lacks` check a guarantee noida-db does not give (durability of
 acknowledged writes across kill -9) and count as expected failures in noida mode only.
 
+With SPINDLE_TEST_BROKER=kafka they run against Apache Kafka 4, started by `scripts/kafka run`
+(one KRaft node in combined mode, settings as spindle's defaults; `scripts/kafka install` puts it in
+a cache outside the repository). Kafka is the reference: `spindle_only` tests are skipped, and
+`kafka_differs` tests check a deliberate, documented difference from Kafka (tests/README.md lists
+them) and must fail on Kafka (strict expected failures in kafka mode only).
+
 Each broker writes its stdout and stderr to a log file; when a test fails, the tail of the log of
 every broker it used is attached to the failure report.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,45 +39,61 @@ import pytest
 import kafka_wire
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SCRIPT = REPO_ROOT / "scripts" / "kafka"
 BROKER_KIND = os.environ.get("SPINDLE_TEST_BROKER", "spindle")
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", REPO_ROOT / "target" / "release" / "spindle"))
 TEST_CORES = int(os.environ.get("SPINDLE_TEST_CORES", "2"))
 
-START_TIMEOUT_S = 30.0
+# A JVM needs longer to start than spindle does, more so on a loaded machine.
+START_TIMEOUT_S = 120.0 if BROKER_KIND == "kafka" else 30.0
 STOP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 200
 
-if BROKER_KIND not in ("spindle", "noida"):
-    raise pytest.UsageError(f"SPINDLE_TEST_BROKER must be 'spindle' or 'noida', not {BROKER_KIND!r}")
+if BROKER_KIND not in ("spindle", "noida", "kafka"):
+    raise pytest.UsageError(f"SPINDLE_TEST_BROKER must be 'spindle', 'noida' or 'kafka', not {BROKER_KIND!r}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "spindle_only(reason): needs a spindle feature; skipped when SPINDLE_TEST_BROKER=noida"
+        "markers",
+        "spindle_only(reason): needs a spindle feature; skipped when SPINDLE_TEST_BROKER is noida or kafka",
     )
     config.addinivalue_line(
         "markers",
         "noida_lacks(reason): checks a guarantee noida-db does not give; expected to fail an assertion"
         " when SPINDLE_TEST_BROKER=noida",
     )
+    config.addinivalue_line(
+        "markers",
+        "kafka_differs(reason): checks where spindle deliberately differs from Apache Kafka (listed in"
+        " tests/README.md); a strict expected failure when SPINDLE_TEST_BROKER=kafka",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     if BROKER_KIND == "noida":
         return "broker: noida-db (reference broker; spindle_only tests are skipped)"
+    if BROKER_KIND == "kafka":
+        return "broker: Apache Kafka via scripts/kafka (reference broker; spindle_only tests are skipped)"
     return f"broker: {SPINDLE_BIN} --cores {TEST_CORES}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if BROKER_KIND != "noida":
+    if BROKER_KIND == "spindle":
         return
     for item in items:
         marker = item.get_closest_marker("spindle_only")
         if marker is not None:
             reason = marker.args[0] if marker.args else "needs spindle"
-            item.add_marker(pytest.mark.skip(reason=f"noida mode: {reason}"))
+            item.add_marker(pytest.mark.skip(reason=f"{BROKER_KIND} mode: {reason}"))
+        marker = item.get_closest_marker("kafka_differs")
+        if marker is not None and BROKER_KIND == "kafka":
+            # Strict: once Kafka passes it, the difference is gone and the marker must go too.
+            reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+            assert reason, f"{item.nodeid}: kafka_differs needs a reason"
+            item.add_marker(pytest.mark.xfail(reason=f"kafka mode: {reason}", strict=True))
         marker = item.get_closest_marker("noida_lacks")
-        if marker is not None:
+        if marker is not None and BROKER_KIND == "noida":
             # Runs anyway, to show the test catches the missing guarantee; only a failed
             # assertion counts as the expected failure, any other error is still a test bug.
             reason = marker.args[0] if marker.args else "noida-db lacks this"
@@ -106,6 +129,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def clean_exit_code(sig: signal.Signals) -> int:
+    """What a broker exits with after shutting down cleanly on `sig`.
+
+    Spindle and noida-db exit 0; a JVM (Apache Kafka) exits 128 + the signal once its shutdown
+    hooks, which shut Kafka down, have run.
+    """
+    return 128 + sig if BROKER_KIND == "kafka" else 0
+
+
 def noida_binary() -> Path:
     # The `noida-db` console script is a Python wrapper that runs this binary as a child: signals
     # sent to the wrapper would not reach the broker, so the harness runs the binary itself.
@@ -133,9 +165,12 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
+        if BROKER_KIND != "spindle" and self.options != BrokerOptions():
+            raise AssertionError("broker options need spindle: mark the test spindle_only")
+        if BROKER_KIND == "kafka":
+            # `run` formats the storage on first use and exec's the JVM: signals reach Kafka itself.
+            return [str(KAFKA_SCRIPT), "run", "--port", str(self.port), "--dir", str(self.data_dir)]
         if BROKER_KIND == "noida":
-            if self.options != BrokerOptions():
-                raise AssertionError("broker options need spindle: mark the test spindle_only")
             return [
                 str(noida_binary()),
                 "start",
@@ -207,7 +242,8 @@ class Broker:
 
     def stop_clean(self) -> None:
         code = self.stop()
-        assert code == 0, f"broker exited with {code} after SIGTERM, expected 0"
+        expected = clean_exit_code(signal.SIGTERM)
+        assert code == expected, f"broker exited with {code} after SIGTERM, expected {expected}"
 
     def kill9(self) -> None:
         assert self.process is not None and self.alive(), "broker not running"
@@ -228,6 +264,12 @@ class Broker:
             assert self.process is not None
             self.process.kill()
             self.process.wait()
+
+    def remove_data(self) -> None:
+        """Deletes a stopped Kafka's data directory (spindle's stays for a failed test's post-mortem)."""
+        assert not self.alive(), "broker still running"
+        if BROKER_KIND == "kafka":
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
@@ -264,6 +306,7 @@ def shared_broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield broker
     if broker.alive():
         broker.stop_clean()
+    broker.remove_data()
 
 
 @pytest.fixture
@@ -303,6 +346,7 @@ def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[C
     finally:
         for broker in started:
             broker.ensure_stopped()
+            broker.remove_data()
 
 
 @pytest.fixture

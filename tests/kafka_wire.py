@@ -2,7 +2,8 @@
 
 The harness uses it to tell when a broker is ready, and the tests use it where a client library
 would hide what the broker did (garbage on the socket, the error code of one Metadata topic).
-Only old, non-flexible request versions are spoken: every Kafka broker must still accept them.
+Only old, non-flexible request versions are spoken (every Kafka broker must still accept them),
+except for the flexible request header v2 that probing an unknown ApiVersions version takes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ API_INIT_PRODUCER_ID = 22
 ERROR_NONE = 0
 ERROR_OFFSET_OUT_OF_RANGE = 1
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
+# Retriable: the coordinator (for InitProducerId, Kafka's producer id block) is not ready yet.
+ERROR_COORDINATOR_LOAD_IN_PROGRESS = 14
+ERROR_COORDINATOR_NOT_AVAILABLE = 15
+RETRIABLE_COORDINATOR_ERRORS = (ERROR_COORDINATOR_LOAD_IN_PROGRESS, ERROR_COORDINATOR_NOT_AVAILABLE)
+# How long init_producer_id retries those, as a client would.
+RETRY_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = 0.1
 
 # A response bigger than this is a broker bug; refusing it keeps a bad size from hanging a test.
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
@@ -38,10 +46,19 @@ def string(value: str | None) -> bytes:
 
 
 def request_frame(
-    api_key: int, api_version: int, correlation_id: int, body: bytes, client_id: str = "spindle-tests"
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: bytes,
+    client_id: str = "spindle-tests",
+    header_version: int = 1,
 ) -> bytes:
-    """A size-prefixed request with header v1 (the header of every non-flexible version)."""
+    """A size-prefixed request with header v1 (the header of every non-flexible version), or v2
+    (that of flexible versions: v1 and empty tagged fields)."""
+    assert header_version in (1, 2), header_version
     header = struct.pack(">hhi", api_key, api_version, correlation_id) + string(client_id)
+    if header_version == 2:
+        header += b"\x00"  # no tagged fields
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
 
@@ -134,11 +151,11 @@ class Connection:
             n -= len(chunk)
         return b"".join(chunks)
 
-    def request(self, api_key: int, api_version: int, body: bytes) -> Reader:
+    def request(self, api_key: int, api_version: int, body: bytes, header_version: int = 1) -> Reader:
         """Sends one request and returns a reader positioned after the response header v0."""
         correlation_id = self.next_correlation_id
         self.next_correlation_id += 1
-        self.send_raw(request_frame(api_key, api_version, correlation_id, body))
+        self.send_raw(request_frame(api_key, api_version, correlation_id, body, header_version=header_version))
         size = struct.unpack(">i", self.recv_exact(4))[0]
         if size < 4 or size > RESPONSE_BYTES_MAX:
             raise WireError(f"bad response size {size}")
@@ -161,13 +178,22 @@ class Connection:
         return versions
 
     def init_producer_id(self) -> tuple[int, int]:
-        """InitProducerId v1 for an idempotent (non-transactional) producer: (id, epoch)."""
-        reader = self.request(API_INIT_PRODUCER_ID, 1, string(None) + struct.pack(">i", 60_000))
-        reader.int32()  # throttle_time_ms
-        error = reader.int16()
-        if error != ERROR_NONE:
-            raise WireError(f"InitProducerId v1 answered error {error}")
-        return reader.int64(), reader.int16()
+        """InitProducerId v1 for an idempotent (non-transactional) producer: (id, epoch).
+
+        Retries the coordinator errors that clients retry: Kafka answers
+        COORDINATOR_LOAD_IN_PROGRESS until its broker has a block of producer ids from the
+        controller, which takes a moment after a start.
+        """
+        deadline = time.monotonic() + RETRY_TIMEOUT_S
+        while True:
+            reader = self.request(API_INIT_PRODUCER_ID, 1, string(None) + struct.pack(">i", 60_000))
+            reader.int32()  # throttle_time_ms
+            error = reader.int16()
+            if error == ERROR_NONE:
+                return reader.int64(), reader.int16()
+            if error not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+                raise WireError(f"InitProducerId v1 answered error {error}")
+            time.sleep(RETRY_BACKOFF_S)
 
     def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = True) -> MetadataResponse:
         """Metadata v4, the first version that can ask the broker not to create topics."""

@@ -13,7 +13,7 @@ from confluent_kafka.admin import ConfigResource
 import clients
 import kafka_wire
 from clients import Record
-from conftest import STOP_TIMEOUT_S, Broker
+from conftest import STOP_TIMEOUT_S, Broker, clean_exit_code
 
 PARTITIONS = 3
 
@@ -150,7 +150,7 @@ def test_sigint_shuts_down_cleanly(own_broker: Broker, unique) -> None:
 
     own_broker.process.send_signal(signal.SIGINT)
 
-    assert own_broker.process.wait(timeout=STOP_TIMEOUT_S) == 0
+    assert own_broker.process.wait(timeout=STOP_TIMEOUT_S) == clean_exit_code(signal.SIGINT)
     own_broker.start()
     assert_acked_records_present(own_broker, topic, acked)
 
