@@ -4,13 +4,27 @@ every acknowledgement, read partitions back by assignment (no group)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REQUEST_TIMEOUT_S = 30.0
+T = TypeVar("T")
+# Answers a client retries: a partition or group whose leader or coordinator is not serving it
+# yet. Kafka gives them for a moment after a topic is created or the broker restarts, while
+# Metadata already names the leader.
+NOT_READY_ERRORS = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+RETRY_BACKOFF_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
 
 
 def wait_for_partitions(bootstrap: str, topic: str, partitions: int) -> None:
-    """CreateTopics may answer before every partition has a leader in Metadata; clients need one."""
+    """CreateTopics may answer before every partition has a leader in Metadata, and Kafka's leader
+    may answer NOT_LEADER_OR_FOLLOWER a moment longer; clients need a leader that serves."""
     client = admin(bootstrap)
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while True:
@@ -51,9 +66,27 @@ def wait_for_partitions(bootstrap: str, topic: str, partitions: int) -> None:
             and len(meta.partitions) == partitions
             and all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
         ):
-            return
+            break
         assert time.monotonic() < deadline, f"topic {topic} never showed {partitions} led partitions: {meta}"
         time.sleep(0.05)
+    retrying_not_ready(lambda: watermarks(bootstrap, topic, range(partitions)), deadline)
+
+
+def retrying_not_ready(call: Callable[[], T], deadline: float) -> T:
+    """`call()`, again after NOT_READY_ERRORS until `deadline`, as clients retry them."""
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            if e.args[0].code() not in NOT_READY_ERRORS or time.monotonic() > deadline:
+                raise
+        time.sleep(RETRY_BACKOFF_S)
+
+
+def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets, once its coordinator serves them (see NOT_READY_ERRORS)."""
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    return retrying_not_ready(lambda: consumer.committed(partitions, timeout=REQUEST_TIMEOUT_S), deadline)
 
 
 def record_of(msg: Message) -> Record:

@@ -95,6 +95,9 @@ def table(text: str) -> list[dict[str, str]]:
 
 def create_topic(broker: Broker, topic: str, partitions: int) -> None:
     ok(broker, "topic", "create", topic, "--partitions", str(partitions))
+    # Against Kafka, `topic create` returns (every leader in Metadata) a moment before those
+    # leaders serve: an acks=0 record sent then would be dropped.
+    clients.wait_for_partitions(broker.bootstrap, topic, partitions)
 
 
 def produce_lines(broker: Broker, topic: str, lines: Sequence[str], *args: str) -> subprocess.CompletedProcess[str]:

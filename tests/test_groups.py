@@ -212,9 +212,7 @@ def test_committed_offsets_survive_a_broker_restart(own_broker: Broker, unique, 
 
     resumed = Member(own_broker.bootstrap, group, topic)
     try:
-        committed = resumed.consumer.committed(
-            [TopicPartition(topic, p) for p in commits], timeout=clients.REQUEST_TIMEOUT_S
-        )
+        committed = clients.committed(resumed.consumer, [TopicPartition(topic, p) for p in commits])
         assert {tp.partition: tp.offset for tp in committed} == commits
         poll_until(
             [resumed],
