@@ -55,7 +55,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
 
 def wait_for_partitions(bootstrap: str, topic: str, partitions: int) -> None:
     """CreateTopics may answer before every partition has a leader in Metadata, and Kafka's leader
-    may answer NOT_LEADER_OR_FOLLOWER a moment longer; clients need a leader that serves."""
+    may answer NOT_LEADER_OR_FOLLOWER a moment longer (watermarks waits for that); clients need
+    a leader that serves."""
     client = admin(bootstrap)
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while True:
@@ -69,7 +70,7 @@ def wait_for_partitions(bootstrap: str, topic: str, partitions: int) -> None:
             break
         assert time.monotonic() < deadline, f"topic {topic} never showed {partitions} led partitions: {meta}"
         time.sleep(0.05)
-    retrying_not_ready(lambda: watermarks(bootstrap, topic, range(partitions)), deadline)
+    watermarks(bootstrap, topic, range(partitions))
 
 
 def retrying_not_ready(call: Callable[[], T], deadline: float) -> T:
@@ -153,10 +154,17 @@ def assigned_consumer(bootstrap: str, **config: object) -> Consumer:
 
 
 def watermarks(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """(low, high) of each partition, once its leader serves it (see NOT_READY_ERRORS)."""
     consumer = assigned_consumer(bootstrap)
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
     try:
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False)
+            p: retrying_not_ready(
+                lambda p=p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
+                ),
+                deadline,
+            )
             for p in partitions
         }
     finally:
