@@ -111,3 +111,24 @@ def test_broker_configs_are_described_with_kafkas_names(broker_factory) -> None:
     assert configs["message.max.bytes"].value == "1048588"
     assert configs["auto.create.topics.enable"].value == "true"
     assert configs["broker.id"].value == str(broker_id)
+
+
+def test_create_partitions_follows_the_replica_assignment_and_checks_its_count(broker: Broker, unique) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    client = clients.admin(broker.bootstrap)
+    [node] = client.list_topics(timeout=10).brokers
+
+    wrong = client.create_partitions([NewPartitions(topic, 3, replica_assignment=[[node]])])
+    with pytest.raises(KafkaException) as refused:
+        wrong[topic].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+
+    right = client.create_partitions([NewPartitions(topic, 3, replica_assignment=[[node], [node]])])
+    right[topic].result(timeout=30)
+    clients.wait_for_partitions(broker.bootstrap, topic, 3)
+    partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
+    assert sorted(partitions) == [0, 1, 2]
+    assert all(p.replicas == [node] for p in partitions.values())

@@ -158,15 +158,19 @@ pub async fn delete_topics(shard: &Rc<Shard>, names: Vec<String>) -> Vec<TopicRe
     propose_planned(shard, planned).await
 }
 
+/// A topic to grow: its name, its partition count afterwards, and the new partitions' replicas
+/// if the client chose them.
+pub type NewPartitions = (String, i32, Option<Vec<Vec<NodeId>>>);
+
 pub async fn add_partitions(
     shard: &Rc<Shard>,
-    changes: Vec<(String, i32)>,
+    changes: Vec<NewPartitions>,
     validate_only: bool,
 ) -> Vec<TopicResult> {
     let metadata = shard.metadata();
     let planned = changes
         .into_iter()
-        .map(|(name, total)| {
+        .map(|(name, total, assigned)| {
             let topic = visible(&metadata, &name)?;
             let current = topic.partition_count();
             if total <= current {
@@ -179,7 +183,29 @@ pub async fn add_partitions(
                 return Err(too_many_partitions(total));
             }
             let factor = topic.partitions.first().map_or(1, |p| p.replicas.len());
-            let partitions = place(&metadata, topic.id, current, total - current, factor)?;
+            let partitions = match assigned {
+                None => place(&metadata, topic.id, current, total - current, factor)?,
+                Some(assigned) if assigned.len() as i32 != total - current => {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!(
+                            "increasing the number of partitions by {} but {} assignments provided",
+                            total - current,
+                            assigned.len()
+                        ),
+                    ));
+                }
+                Some(assigned) => {
+                    let placed = assigned_replicas(&metadata, assigned)?;
+                    if placed.iter().any(|p| p.replicas.len() != factor) {
+                        return Err(TopicError::new(
+                            ResponseError::InvalidReplicaAssignment,
+                            format!("{name} has {factor} replicas per partition: assign as many"),
+                        ));
+                    }
+                    placed
+                }
+            };
             Ok((!validate_only).then(|| Command::AddPartitions {
                 name: name.clone(),
                 id: topic.id,

@@ -221,7 +221,14 @@ pub async fn create_partitions(
     let changes = request
         .topics
         .iter()
-        .map(|t| (t.name.0.to_string(), t.count))
+        .map(|t| {
+            let assigned = t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|p| p.broker_ids.iter().map(|b| NodeId(b.0)).collect())
+                    .collect()
+            });
+            (t.name.0.to_string(), t.count, assigned)
+        })
         .collect();
     let results = proposals::add_partitions(shard, changes, request.validate_only).await;
     let results = request

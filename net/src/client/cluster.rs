@@ -325,7 +325,9 @@ impl Client {
             .with_topics(vec![
                 CreatePartitionsTopic::default()
                     .with_name(topic_name(topic))
-                    .with_count(count),
+                    .with_count(count)
+                    // Null: the broker places them (an empty list asks for no new partitions).
+                    .with_assignments(None),
             ])
             .with_timeout_ms(timeout_ms);
         let response = self.controller().await?.send(&request).await?;

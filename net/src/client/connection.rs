@@ -160,16 +160,27 @@ impl Connection {
         request: &R,
         version_max: i16,
     ) -> Result<R::Response, ClientError> {
+        let version = self.version_for::<R>(version_max)?;
+        let ticket = self.enqueue_at(request, version).await?;
+        self.receive(ticket).await
+    }
+
+    /// The version to send `R` at: the negotiated one, at most `version_max` and at most what
+    /// `R`'s own encoder can write (kafka-protocol's per-API table may name newer versions than
+    /// its request type encodes: OffsetFetch v10 against Kafka 4.4).
+    fn version_for<R: KafkaRequest>(&self, version_max: i16) -> Result<i16, ClientError> {
         let api_key = api_key_of::<R>()?;
-        let version = self.negotiated(api_key)?.min(version_max);
-        if version < our_versions(api_key).0 {
+        let version = self
+            .negotiated(api_key)?
+            .min(version_max)
+            .min(R::VERSIONS.max);
+        if version < our_versions(api_key).0.max(R::VERSIONS.min) {
             return Err(ClientError::Unsupported {
                 addr: self.addr.clone(),
                 api: api_key,
             });
         }
-        let ticket = self.enqueue_at(request, version).await?;
-        self.receive(ticket).await
+        Ok(version)
     }
 
     /// Sends a request at the negotiated version without waiting for its response.
@@ -177,8 +188,7 @@ impl Connection {
         &mut self,
         request: &R,
     ) -> Result<Ticket<R::Response>, ClientError> {
-        let api_key = api_key_of::<R>()?;
-        let version = self.negotiated(api_key)?;
+        let version = self.version_for::<R>(i16::MAX)?;
         self.enqueue_at(request, version).await
     }
 
