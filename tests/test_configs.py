@@ -47,21 +47,18 @@ def test_append_and_subtract_apply_to_list_settings_only(broker: Broker, unique)
     clients.create_topic(broker.bootstrap, topic, 1)
     assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].is_default
 
-    # APPEND to the inherited value: "delete" is there once, now set on the topic.
+    # APPEND to the inherited value: "delete" is there once. (Where the list ends as it was
+    # inherited, Kafka 4.4 still reports the default as its source, Spindle the topic: not
+    # asserted.)
     incremental(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.APPEND, "delete"))
-    entry = describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"]
-    assert (entry.value, entry.source) == ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
     # SUBTRACT of a value not in the list leaves it.
     incremental(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact"))
     assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
-    # Compaction stays refused, with its reason, whichever way it is asked for.
-    error = refused(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
-    assert error.code() == KafkaError.INVALID_CONFIG
-    assert "compaction is not supported" in error.str()
     # APPEND on a setting that is not a list.
     error = refused(broker.bootstrap, TOPIC, topic, ("retention.ms", AlterConfigOpType.APPEND, "1000"))
     assert error.code() == KafkaError.INVALID_CONFIG
-    assert "not a list" in error.str()
+    assert "list" in error.str().lower()  # spindle: "not a list"; Kafka: "its type is not LIST"
     assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
 
 
@@ -89,11 +86,21 @@ def test_legacy_alter_configs_replaces_the_whole_set(broker: Broker, unique) -> 
     assert not configs["segment.bytes"].is_default
 
 
+@pytest.mark.spindle_only("compaction is refused until Spindle has it; Kafka compacts")
+def test_compaction_stays_refused_when_appended(broker: Broker, unique) -> None:
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+    error = refused(broker.bootstrap, TOPIC, topic, ("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "compaction is not supported" in error.str()
+    assert describe(broker.bootstrap, TOPIC, topic)["cleanup.policy"].value == "delete"
+
+
 def test_group_settings_are_described_and_changed(broker: Broker, unique) -> None:
     group = unique("group")
     configs = describe(broker.bootstrap, GROUP, group)
-    # Kafka 4.0's group settings and their defaults.
-    assert {n: e.value for n, e in configs.items()} == {
+    # Kafka 4.0's group settings and their defaults (later Kafkas list more).
+    kafka_4_0 = {
         "consumer.session.timeout.ms": "45000",
         "consumer.heartbeat.interval.ms": "5000",
         "share.session.timeout.ms": "45000",
@@ -101,7 +108,8 @@ def test_group_settings_are_described_and_changed(broker: Broker, unique) -> Non
         "share.record.lock.duration.ms": "30000",
         "share.auto.offset.reset": "latest",
     }
-    assert all(e.source == ConfigSource.DEFAULT_CONFIG.value for e in configs.values())
+    assert {n: configs[n].value for n in kafka_4_0 if n in configs} == kafka_4_0
+    assert all(configs[n].source == ConfigSource.DEFAULT_CONFIG.value for n in kafka_4_0)
 
     incremental(broker.bootstrap, GROUP, group, ("consumer.session.timeout.ms", AlterConfigOpType.SET, "50000"))
     entry = describe(broker.bootstrap, GROUP, group)["consumer.session.timeout.ms"]

@@ -39,6 +39,7 @@ FAIL_FAST_S = 5.0
 INIT_TIMEOUT_S = 60.0
 
 
+@pytest.mark.spindle_only("Spindle has no transactions and must say so at once; Kafka has them")
 def test_init_transactions_fails_at_once_with_confluent_kafka(broker: Broker, unique) -> None:
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("txn")})
     started = time.monotonic()
@@ -52,6 +53,7 @@ def test_init_transactions_fails_at_once_with_confluent_kafka(broker: Broker, un
     assert elapsed < FAIL_FAST_S, f"init_transactions took {elapsed:.1f} s"
 
 
+@pytest.mark.spindle_only("Spindle has no transactions and must say so at once; Kafka has them")
 def test_init_transactions_fails_at_once_with_kafka_python(broker: Broker, unique) -> None:
     started = time.monotonic()
     with pytest.raises(KpKafkaError) as raised:
