@@ -33,18 +33,6 @@ impl ShardId {
     }
 }
 
-impl LeaderEpoch {
-    pub fn next(self) -> LeaderEpoch {
-        LeaderEpoch(self.0.saturating_add(1))
-    }
-}
-
-impl PartitionEpoch {
-    pub fn next(self) -> PartitionEpoch {
-        PartitionEpoch(self.0.saturating_add(1))
-    }
-}
-
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
