@@ -7,7 +7,7 @@ use crate::types::{LogIndex, PersistId};
 /// Why the quorum refused to start, an event, or a proposal. An event that fails changes no state.
 #[derive(Debug, thiserror::Error)]
 pub enum QuorumError {
-    #[error("node id {0} is not a valid voter id (voter ids are positive)")]
+    #[error("node id {0} is not a valid voter id (node ids are not negative)")]
     InvalidNodeId(NodeId),
     #[error("node {node} is not one of the voters {voters:?}")]
     NotAVoter { node: NodeId, voters: Vec<NodeId> },

@@ -56,12 +56,15 @@
 //! is reported: no more latency than the local sync.
 //!
 //! # Modules
+//! - [`brokers`]: the active controller's broker sessions, and the commands that fence a
+//!   broker (moving its leaderships first) or bring it back.
 //! - [`quorum`]: `Quorum`, its config, events and actions.
 //! - [`wire`]: the node-to-node frames (FlatBuffers, `schema/fbs/controller.fbs`).
 //! - [`types`]: terms, log indexes and the plain records the host persists.
 //! - `log_store`: the in-memory log behind raft-rs's `Storage`, bounded by the snapshots.
 //! - `logger`: raft-rs's slog records forwarded to tracing.
 
+pub mod brokers;
 pub mod error;
 mod log_store;
 mod logger;

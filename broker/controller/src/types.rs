@@ -78,18 +78,19 @@ pub enum Role {
     Leader,
 }
 
-/// raft-rs names voters by u64; ours are `NodeId`s, which are positive (Kafka's broker ids are
-/// non-negative and raft-rs reserves 0 for "nobody").
+/// raft-rs names voters by u64 and reserves 0 for "nobody"; ours are `NodeId`s, which are
+/// non-negative (Kafka's broker ids, 0 the default), so voter n is raft id n + 1.
 pub fn raft_id(node: NodeId) -> Result<u64, QuorumError> {
-    if node.0 <= 0 {
-        return Err(QuorumError::InvalidNodeId(node));
-    }
-    Ok(u64::from(node.0.unsigned_abs()))
+    u64::try_from(node.0)
+        .map(|id| id + 1)
+        .map_err(|_| QuorumError::InvalidNodeId(node))
 }
 
 /// The other way: `None` for raft-rs's 0 ("nobody") or an id that no `NodeId` can be.
 pub fn node_id(raft: u64) -> Option<NodeId> {
-    i32::try_from(raft).ok().filter(|&id| id > 0).map(NodeId)
+    raft.checked_sub(1)
+        .and_then(|id| i32::try_from(id).ok())
+        .map(NodeId)
 }
 
 #[cfg(test)]
@@ -97,18 +98,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn node_ids_convert_and_non_positive_ones_are_refused() {
-        assert_eq!(raft_id(NodeId(7)).ok(), Some(7));
-        assert!(matches!(
-            raft_id(NodeId(0)),
-            Err(QuorumError::InvalidNodeId(NodeId(0)))
-        ));
+    fn node_ids_convert_and_negative_ones_are_refused() {
+        assert_eq!(raft_id(NodeId(7)).ok(), Some(8));
+        assert_eq!(
+            raft_id(NodeId(0)).ok(),
+            Some(1),
+            "node 0 is Spindle's default"
+        );
         assert!(matches!(
             raft_id(NodeId(-1)),
             Err(QuorumError::InvalidNodeId(NodeId(-1)))
         ));
-        assert_eq!(node_id(7), Some(NodeId(7)));
+        assert_eq!(node_id(8), Some(NodeId(7)));
+        assert_eq!(node_id(1), Some(NodeId(0)));
         assert_eq!(node_id(0), None);
         assert_eq!(node_id(u64::from(u32::MAX)), None);
+        for n in [0, 1, 7, i32::MAX] {
+            let raft = raft_id(NodeId(n)).unwrap();
+            assert_eq!(node_id(raft), Some(NodeId(n)), "the two directions agree");
+        }
     }
 }

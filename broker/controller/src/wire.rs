@@ -290,8 +290,9 @@ mod tests {
     fn append(entries: Vec<(u64, Vec<u8>)>) -> Message {
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgAppend);
-        m.from = 1;
-        m.to = 2;
+        // Raft ids of nodes 1 and 2 (raft id = node id + 1).
+        m.from = 2;
+        m.to = 3;
         m.term = 7;
         m.log_term = 6;
         m.index = 41;
@@ -332,7 +333,7 @@ mod tests {
             Err(FrameError::NotForUs { to: 2 })
         ));
         assert!(matches!(
-            decode(&frame, "cluster", NodeId(2), &[2, 3], 1 << 20),
+            decode(&frame, "cluster", NodeId(2), &[3, 4], 1 << 20),
             Err(FrameError::UnknownSender(1))
         ));
         assert!(matches!(
@@ -350,8 +351,9 @@ mod tests {
     fn a_snapshot_round_trips_and_local_messages_do_not_travel() {
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgSnapshot);
-        m.from = 1;
-        m.to = 2;
+        // Raft ids of nodes 1 and 2 (raft id = node id + 1).
+        m.from = 2;
+        m.to = 3;
         let s = m.mut_snapshot();
         s.data = Bytes::from_static(b"state");
         s.mut_metadata().index = 9;

@@ -117,9 +117,13 @@ fn bad_ids_and_host_mistakes_are_refused_with_typed_errors() {
     let new =
         |node, voters| Quorum::new(Config::new(NodeId(node), voters, "c"), Durable::default());
     assert!(matches!(
-        new(0, vec![NodeId(0)]),
-        Err(QuorumError::InvalidNodeId(NodeId(0)))
+        new(-1, vec![NodeId(-1)]),
+        Err(QuorumError::InvalidNodeId(NodeId(-1)))
     ));
+    assert!(
+        new(0, vec![NodeId(0)]).is_ok(),
+        "node 0 is Spindle's default id"
+    );
     assert!(matches!(
         new(1, vec![NodeId(1), NodeId(-2)]),
         Err(QuorumError::InvalidNodeId(NodeId(-2)))
