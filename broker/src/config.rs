@@ -1,6 +1,7 @@
 //! `spindle serve`'s settings: flags, an optional TOML file whose keys the flags override, and
 //! defaults, resolved once at start into a [`BrokerConfig`].
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -112,6 +113,22 @@ pub struct Settings {
     /// [default: 600000].
     #[arg(long)]
     pub connections_max_idle_ms: Option<u64>,
+    /// The node-to-node listener (controller and replication traffic), HOST:PORT. Needed with
+    /// --controller-voters.
+    #[arg(long)]
+    pub cluster_listen: Option<SocketAddr>,
+    /// The controller quorum: ID@HOST:PORT,... (each voter's node id and cluster listener). A
+    /// node whose id is listed is a voter; one not listed is a broker only. Without it, the
+    /// node is a cluster of one, its own quorum.
+    #[arg(long)]
+    pub controller_voters: Option<String>,
+    /// A broker that sends the active controller no heartbeat for this long is fenced
+    /// [default: 9000].
+    #[arg(long)]
+    pub broker_session_timeout_ms: Option<u64>,
+    /// How often a broker sends the active controller a heartbeat [default: 2000].
+    #[arg(long)]
+    pub broker_heartbeat_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -162,6 +179,8 @@ pub struct BrokerConfig {
     pub default_replication_factor: Option<i16>,
     pub rack: Option<String>,
     pub memory: MemoryConfig,
+    /// `None`: a cluster of one, this node its own quorum.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// Each shard's memory budgets (the process's, divided by the shard count) and the timeouts
@@ -172,6 +191,55 @@ pub struct MemoryConfig {
     pub fetch_bytes_per_shard: usize,
     pub request_read_timeout: Duration,
     pub connections_max_idle: Duration,
+}
+
+/// How this node joins a cluster of more than itself (`--controller-voters`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The node-to-node listener.
+    pub listen: SocketAddr,
+    /// Every voter of the controller quorum and its cluster listener.
+    pub voters: BTreeMap<NodeId, SocketAddr>,
+    pub session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+}
+
+impl ClusterConfig {
+    /// The voters as every node must spell them ("1@host:port,..." by id): nodes that disagree
+    /// are not one cluster.
+    pub fn voters_spelled(&self) -> String {
+        self.voters
+            .iter()
+            .map(|(id, addr)| format!("{id}@{addr}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// `1@127.0.0.1:9093,2@...`: each voter's id and cluster listener, ids distinct.
+fn parse_voters(list: &str) -> Result<BTreeMap<NodeId, SocketAddr>, String> {
+    let mut voters = BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (id, addr) = item
+            .split_once('@')
+            .ok_or_else(|| format!("{item:?}: expected ID@HOST:PORT"))?;
+        let id: i32 = id
+            .parse()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(|| format!("{item:?}: the node id must be a number, 0 or more"))?;
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| format!("{item:?}: {addr} is not a HOST:PORT that resolves"))?;
+        if voters.insert(NodeId(id), addr).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    if voters.is_empty() {
+        return Err("no voters listed".into());
+    }
+    Ok(voters)
 }
 
 /// What a topic gets unless it says otherwise.
@@ -229,7 +297,8 @@ impl Settings {
             group_initial_rebalance_delay_ms, retention_check_interval_ms,
             default_replication_factor, rack,
             request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
-            connections_max_idle_ms,
+            connections_max_idle_ms, cluster_listen, controller_voters,
+            broker_session_timeout_ms, broker_heartbeat_interval_ms,
         )
     }
 
@@ -317,13 +386,21 @@ impl Settings {
         }
         let storage_defaults = StorageConfig::default();
         let memory = self.memory(cores)?;
+        let node_id = NodeId(self.node_id.unwrap_or(0));
+        if node_id.0 < 0 {
+            return Err(invalid(format!(
+                "--node-id {}: must be 0 or more",
+                node_id.0
+            )));
+        }
+        let cluster = self.cluster(node_id)?;
         Ok(BrokerConfig {
             listen,
             advertise_host,
             advertise_port,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("data")),
             shard_cpus,
-            node_id: NodeId(self.node_id.unwrap_or(0)),
+            node_id,
             durability: self.durability.unwrap_or(Durability::Fsync),
             auto_create_topics: self.auto_create_topics.unwrap_or(true),
             topic_defaults: TopicDefaults { partitions, log },
@@ -342,7 +419,46 @@ impl Settings {
             default_replication_factor: self.default_replication_factor,
             rack: self.rack.filter(|r| !r.is_empty()),
             memory,
+            cluster,
         })
+    }
+
+    fn cluster(&self, node: NodeId) -> Result<Option<ClusterConfig>, ConfigError> {
+        let invalid = |m: String| ConfigError::Invalid(m);
+        let Some(list) = &self.controller_voters else {
+            if self.cluster_listen.is_some() {
+                return Err(invalid(
+                    "--cluster-listen needs --controller-voters (the quorum to join)".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let voters =
+            parse_voters(list).map_err(|e| invalid(format!("--controller-voters: {e}")))?;
+        let listen = self.cluster_listen.ok_or_else(|| {
+            invalid("--controller-voters needs --cluster-listen HOST:PORT".into())
+        })?;
+        if let Some(addr) = voters.get(&node)
+            && *addr != listen
+        {
+            return Err(invalid(format!(
+                "--controller-voters lists node {node} at {addr}, but --cluster-listen is {listen}"
+            )));
+        }
+        let session_timeout_ms = self.broker_session_timeout_ms.unwrap_or(9000);
+        let heartbeat_interval_ms = self.broker_heartbeat_interval_ms.unwrap_or(2000);
+        if heartbeat_interval_ms == 0 || heartbeat_interval_ms >= session_timeout_ms {
+            return Err(invalid(format!(
+                "--broker-heartbeat-interval-ms {heartbeat_interval_ms} must be above 0 and below \
+                 --broker-session-timeout-ms {session_timeout_ms}"
+            )));
+        }
+        Ok(Some(ClusterConfig {
+            listen,
+            voters,
+            session_timeout_ms,
+            heartbeat_interval_ms,
+        }))
     }
 
     fn memory(&self, shards: usize) -> Result<MemoryConfig, ConfigError> {

@@ -3,17 +3,20 @@
 //! and has every shard apply it before anyone is answered, so a client that was told its topic
 //! exists finds it on every shard.
 //!
-//! Today the quorum is this node alone and the controller lives on shard 0: committing is saving
-//! the new metadata (synced) to this node's disk. The Raft quorum of `broker/controller` takes the
-//! place of that save; proposers do not change.
+//! The controller lives on shard 0. On a node of its own (no `--controller-voters`) it is a
+//! quorum of one, and committing is saving the new metadata (synced) to this node's disk, as
+//! it always was. In a cluster, committing goes through the Raft quorum ([`Cluster::commit`]:
+//! forwarded to the active controller, committed, applied here); proposers do not change.
 
+use std::cell::OnceCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use glommio::sync::Semaphore;
-use model::{Applied, ApplyError, ClusterMetadata, Command};
+use model::{Applied, ClusterMetadata, Command};
 use net::kafka_protocol::ResponseError;
 
+use crate::cluster::Cluster;
 use crate::metadata::{self, TopicError};
 use crate::shard::Shard;
 
@@ -21,23 +24,32 @@ use crate::shard::Shard;
 pub const CONTROLLER_SHARD: usize = 0;
 
 /// What each proposed command did, in the order proposed.
-pub type Outcomes = Vec<Result<Applied, ApplyError>>;
+pub type Outcomes = Vec<Result<Applied, TopicError>>;
 
 #[derive(Debug)]
 pub struct Controller {
     /// One commit at a time: each applies to the metadata the previous one left.
     turn: Semaphore,
+    /// Set in a cluster: commits go through its quorum.
+    cluster: OnceCell<Rc<Cluster>>,
 }
 
 impl Default for Controller {
     fn default() -> Self {
         Controller {
             turn: Semaphore::new(1),
+            cluster: OnceCell::new(),
         }
     }
 }
 
 impl Controller {
+    pub fn set_cluster(&self, cluster: Rc<Cluster>) {
+        if self.cluster.set(cluster).is_err() {
+            tracing::error!("the cluster was started twice");
+        }
+    }
+
     /// Applies `commands` in order to the latest metadata; if that changed it, the new version is
     /// saved and applied by every shard before this returns. A refused command changes nothing
     /// and does not stop the ones after it.
@@ -50,12 +62,15 @@ impl Controller {
             shard.id, CONTROLLER_SHARD,
             "the controller commits on its own shard"
         );
+        if let Some(cluster) = self.cluster.get() {
+            return cluster.commit(commands).await;
+        }
         let _turn = self.turn.acquire_permit(1).await;
         let current = shard.metadata();
         let mut next = (*current).clone();
         let outcomes: Outcomes = commands
             .iter()
-            .map(|c| model::apply(&mut next, c))
+            .map(|c| model::apply(&mut next, c).map_err(TopicError::from))
             .collect();
         if next.version == current.version {
             return Ok(outcomes);
@@ -94,8 +109,12 @@ fn not_controller() -> TopicError {
     )
 }
 
-/// Has every shard apply `metadata`, each on its own executor, all at once.
-async fn broadcast(shard: &Rc<Shard>, metadata: Arc<ClusterMetadata>) -> Result<(), TopicError> {
+/// Has every shard apply `metadata`, each on its own executor, all at once, and open the group
+/// coordinators of offsets partitions that came to it.
+pub async fn broadcast(
+    shard: &Rc<Shard>,
+    metadata: Arc<ClusterMetadata>,
+) -> Result<(), TopicError> {
     let tasks: Vec<_> = (0..shard.count)
         .map(|target| {
             let this = shard.clone();
@@ -103,7 +122,12 @@ async fn broadcast(shard: &Rc<Shard>, metadata: Arc<ClusterMetadata>) -> Result<
             glommio::spawn_local(async move {
                 this.mesh()
                     .run_on(target, &this, move |s: Rc<Shard>| async move {
-                        s.apply_metadata(metadata).await.map_err(|e| e.to_string())
+                        s.apply_metadata(metadata)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        crate::groups::open_coordinators(&s)
+                            .await
+                            .map_err(|e| e.to_string())
                     })
                     .await
                     .map_err(|e| e.to_string())

@@ -16,13 +16,17 @@ use crate::group::{
 use crate::routing::Route;
 use crate::shard::Shard;
 
-/// Opens (replays) the coordinator of every offsets partition this shard owns.
+/// Opens (replays) the coordinator of every offsets partition this shard owns and has none for
+/// yet (at start, and when metadata brings it new ones).
 pub async fn open_coordinators(shard: &Rc<Shard>) -> Result<(), GroupError> {
     let Some(topic) = shard.topic(OFFSETS_TOPIC) else {
         return Ok(());
     };
     let config = shard.group_config.clone();
     for partition in 0..topic.partition_count() {
+        if shard.coordinators.borrow().contains_key(&partition) {
+            continue;
+        }
         if let Some(p) = shard.partition(OFFSETS_TOPIC, partition) {
             let coordinator = Coordinator::open(p.log.clone(), config.clone()).await?;
             shard
@@ -54,6 +58,15 @@ pub async fn handle(
     header: &RequestHeader,
     peer: SocketAddr,
 ) -> Option<Response> {
+    // In a cluster the offsets topic is made when the first group needs it (Kafka's way), so
+    // that its replicas spread over the brokers that registered by then.
+    if matches!(request, Request::FindCoordinator(_)) && shard.topic(OFFSETS_TOPIC).is_none() {
+        if let Err(e) =
+            crate::proposals::ensure_offsets_topic(shard, shard.config.offsets_partitions).await
+        {
+            tracing::warn!(error = %e.message, "creating the offsets topic");
+        }
+    }
     let ctx = RequestContext {
         api_version: header.request_api_version,
         client_id: header

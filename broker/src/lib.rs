@@ -4,6 +4,7 @@
 
 mod api;
 pub mod cli;
+mod cluster;
 pub mod config;
 mod config_ops;
 mod controller;

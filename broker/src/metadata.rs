@@ -111,6 +111,46 @@ pub fn save(metadata: &ClusterMetadata, data_dir: &Path) -> Result<(), MetadataE
         .map_err(io)
 }
 
+fn owner_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("meta").join("node")
+}
+
+/// The node a cluster node's data directory belongs to (`None`: not recorded).
+pub fn owner(data_dir: &Path) -> Result<Option<NodeId>, MetadataError> {
+    let path = owner_path(data_dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .strip_prefix("node.id=")
+            .and_then(|id| id.parse().ok())
+            .map(|id| Some(NodeId(id)))
+            .ok_or_else(|| MetadataError::Corrupt {
+                path,
+                reason: format!("expected node.id=N, found {text:?}"),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(MetadataError::Io { path, source }),
+    }
+}
+
+/// Records that the data directory belongs to `node`, durably.
+pub fn set_owner(data_dir: &Path, node: NodeId) -> Result<(), MetadataError> {
+    let path = owner_path(data_dir);
+    let io = |source| MetadataError::Io {
+        path: path.clone(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(data_dir);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut file = std::fs::File::create(&path).map_err(io)?;
+    file.write_all(format!("node.id={}\n", node.0).as_bytes())
+        .map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

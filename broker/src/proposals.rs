@@ -93,7 +93,7 @@ async fn propose_planned(
             None => Ok(()),
             Some(_) => match outcomes.next() {
                 Some(Ok(_)) => Ok(()),
-                Some(Err(e)) => Err(e.into()),
+                Some(Err(e)) => Err(e),
                 None => Err(TopicError::new(
                     ResponseError::UnknownServerError,
                     "no outcome",
@@ -300,7 +300,7 @@ pub async fn take_producer_id_block(shard: &Rc<Shard>) -> Result<u64, TopicError
     let outcomes: Outcomes = controller::propose(shard, vec![Command::TakeProducerIdBlock]).await?;
     match outcomes.into_iter().next() {
         Some(Ok(Applied::ProducerIdBlock(block))) => Ok(block),
-        Some(Err(e)) => Err(e.into()),
+        Some(Err(e)) => Err(e),
         _ => Err(TopicError::new(
             ResponseError::UnknownServerError,
             "no producer id block",

@@ -24,6 +24,7 @@ use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
 use model::{BrokerRegistration, ClusterMetadata, Command};
 
+use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::handler::Connection;
 use crate::mesh::{self, Mesh};
@@ -56,6 +57,16 @@ pub enum ServeError {
     },
     #[error("registering this node: {0}")]
     Register(model::ApplyError),
+    #[error(
+        "data directory {path} belongs to cluster {theirs}, but this node's --controller-voters make cluster {ours} (another set of voters, or a node of its own): use another --data-dir"
+    )]
+    OtherCluster {
+        path: std::path::PathBuf,
+        theirs: String,
+        ours: String,
+    },
+    #[error(transparent)]
+    Refused(#[from] crate::cluster::PreflightError),
     #[error(transparent)]
     Storage(#[from] storage::IoFailure),
     #[error("starting shard {shard}: {reason}")]
@@ -124,6 +135,14 @@ impl Stops {
 
 pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let mut config = config;
+    if let Some(cluster) = &config.cluster {
+        // Before anything on disk changes: a node the others refuse stops here.
+        crate::cluster::preflight(
+            config.node_id,
+            cluster,
+            uuid::Uuid::new_v4().as_u64_pair().0,
+        )?;
+    }
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServeError::DataDir {
         path: data_dir.clone(),
@@ -137,9 +156,12 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     })?;
     config.data_dir = data_dir.clone();
     let _lock = lock(&data_dir)?;
-    let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     let shards = config.shard_cpus.len();
-    let metadata = register(&config, shards)?;
+    let metadata = match &config.cluster {
+        None => register(&config, shards)?,
+        Some(cluster) => open_cluster_dir(&config, cluster)?,
+    };
+    let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     tracing::info!(
         listen = %config.listen,
         data_dir = %data_dir.display(),
@@ -254,6 +276,49 @@ fn register(config: &BrokerConfig, shards: usize) -> Result<ClusterMetadata, Ser
     Ok(metadata)
 }
 
+/// The metadata a cluster node starts its shards with: its last copy (the quorum's log, or for a
+/// broker-only node the controller, brings it up to date), after checking that the directory
+/// is this node's and this cluster's. Writes nothing but, on a new directory, which node it is.
+fn open_cluster_dir(
+    config: &BrokerConfig,
+    cluster: &crate::config::ClusterConfig,
+) -> Result<ClusterMetadata, ServeError> {
+    let data_dir = &config.data_dir;
+    let node = config.node_id;
+    let ours = crate::cluster::cluster_id(cluster);
+    let metadata = metadata::load(data_dir, node)?;
+    if let Some(m) = &metadata
+        && m.cluster_id != ours
+    {
+        return Err(ServeError::OtherCluster {
+            path: data_dir.clone(),
+            theirs: m.cluster_id.clone(),
+            ours,
+        });
+    }
+    let owner = metadata::owner(data_dir)?;
+    match owner {
+        Some(owner) if owner != node => {
+            return Err(ServeError::ForeignDataDir {
+                path: data_dir.clone(),
+                node,
+                owner,
+            });
+        }
+        Some(_) => {}
+        None if metadata.is_some() => {
+            // A directory of a node of its own, never a cluster's (those record their node).
+            return Err(ServeError::OtherCluster {
+                path: data_dir.clone(),
+                theirs: metadata.map(|m| m.cluster_id).unwrap_or_default(),
+                ours,
+            });
+        }
+        None => metadata::set_owner(data_dir, node)?,
+    }
+    Ok(metadata.unwrap_or_else(|| ClusterMetadata::new(ours)))
+}
+
 /// Holds an exclusive lock on the data directory for as long as the returned file lives.
 fn lock(data_dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
@@ -318,10 +383,32 @@ async fn run_shard(
         .await
         .map_err(|e| e.to_string())?;
     rendezvous.meet(1).await?;
+    let mut stop = stop;
+    let mut cluster = None;
     if id == 0 {
-        crate::proposals::ensure_offsets_topic(&shard, config.offsets_partitions)
-            .await
-            .map_err(|e| e.message)?;
+        match &config.cluster {
+            None => crate::proposals::ensure_offsets_topic(&shard, config.offsets_partitions)
+                .await
+                .map_err(|e| e.message)?,
+            Some(_) => {
+                let c = Cluster::start(&shard, &config).map_err(|e| e.to_string())?;
+                if let Some(controller) = shard.controller() {
+                    controller.set_cluster(c.clone());
+                }
+                tracing::info!("joining the cluster: waiting to be registered");
+                let joined = future::or(async { Some(c.registered().await) }, async {
+                    let _ = (&mut stop).await;
+                    None
+                })
+                .await;
+                match joined {
+                    Some(Ok(())) => tracing::info!("registered with the active controller"),
+                    Some(Err(why)) => return Err(why),
+                    None => return Err("stopped before joining the cluster".into()),
+                }
+                cluster = Some(c);
+            }
+        }
     }
     rendezvous.meet(2).await?;
     crate::groups::open_coordinators(&shard)
@@ -330,7 +417,7 @@ async fn run_shard(
     rendezvous.meet(3).await?;
 
     let listener =
-        listen(config.listen).map_err(|e| format!("listening on {}: {e}", config.listen))?;
+        listen(config.listen, true).map_err(|e| format!("listening on {}: {e}", config.listen))?;
     tracing::info!(
         shard = id,
         request_memory_bytes = shard.request_memory.capacity_bytes(),
@@ -348,12 +435,33 @@ async fn run_shard(
     glommio::spawn_local(shard.clone().housekeeping(config.retention_check_interval)).detach();
     let open_connections = Rc::new(Cell::new(0usize));
     let accepting = accept_loop(&shard, &listener, &open_connections);
-    future::or(accepting, async {
-        let _ = stop.await;
-    })
+    let fatal = future::or(
+        async {
+            accepting.await;
+            None
+        },
+        future::or(
+            async {
+                let _ = stop.await;
+                None
+            },
+            async {
+                loop {
+                    if let Some(why) = cluster.as_ref().and_then(|c| c.fatal()) {
+                        return Some(why);
+                    }
+                    glommio::timer::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        ),
+    )
     .await;
     drop(listener);
 
+    if let (Some(c), None) = (&cluster, &fatal) {
+        // Leaderships move to the other replicas before this node stops serving them.
+        c.shut_down().await;
+    }
     shard.shutdown.trigger();
     // A JoinGroup may wait minutes for its rebalance: closing the coordinators answers it, so
     // the connections can drain.
@@ -376,7 +484,10 @@ async fn run_shard(
     // still be writing to ours. A failed shard must not hold the others' clean stop.
     let _ = rendezvous.meet(4).await;
     shard.close().await;
-    Ok(())
+    match fatal {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
 }
 
 async fn accept_loop(
@@ -422,13 +533,13 @@ async fn accept_loop(
     }
 }
 
-/// A listening socket shared by every shard (SO_REUSEPORT: the kernel spreads connections over
-/// them), reusable right after a restart (SO_REUSEADDR).
-fn listen(addr: SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+/// A listening socket, reusable right after a restart (SO_REUSEADDR); with `shared`, every
+/// shard listens on it (SO_REUSEPORT: the kernel spreads connections over them).
+pub(crate) fn listen(addr: SocketAddr, shared: bool) -> std::io::Result<glommio::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
+    socket.set_reuse_port(shared)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     Ok(adopt_listener(socket.into_raw_fd()))

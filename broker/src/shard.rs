@@ -43,6 +43,8 @@ pub struct Shard {
     mesh: OnceCell<Mesh<Shard>>,
     /// On the controller's shard only.
     controller: Option<Controller>,
+    /// The active controller as this node last heard (always this node on a node of its own).
+    controller_id: Cell<Option<NodeId>>,
     producer_ids: ProducerIds,
     pub shutdown: ShutdownSignal,
     /// This shard's share of the memory for requests being read and queued (net::frame).
@@ -73,6 +75,7 @@ impl Shard {
         let request_memory =
             MemoryBudget::new("request memory", config.memory.request_bytes_per_shard);
         let fetch_memory = MemoryBudget::new("fetch memory", config.memory.fetch_bytes_per_shard);
+        let alone = config.cluster.is_none().then_some(config.node_id);
         Shard {
             id,
             count,
@@ -85,6 +88,7 @@ impl Shard {
             apply_lock: Semaphore::new(1),
             mesh: OnceCell::new(),
             controller: (id == CONTROLLER_SHARD).then(Controller::default),
+            controller_id: Cell::new(alone),
             producer_ids: ProducerIds::default(),
             shutdown: ShutdownSignal::new(),
             request_memory,
@@ -113,14 +117,19 @@ impl Shard {
         self.config.node_id
     }
 
-    /// The node whose controller is active: this one, in a quorum of one.
-    pub fn active_controller(&self) -> NodeId {
-        self.node()
+    /// The node whose controller is active, if one is known: this one, on a node of its own.
+    pub fn active_controller(&self) -> Option<NodeId> {
+        self.controller_id.get()
+    }
+
+    pub fn set_controller(&self, node: Option<NodeId>) {
+        self.controller_id.set(node);
     }
 
     pub fn controller(&self) -> Option<&Controller> {
         self.controller.as_ref()
     }
+
 
     /// Where this node serves `partition` of `topic` from.
     pub fn route(&self, topic: &Topic, partition: i32) -> Route {

@@ -5,6 +5,7 @@
 //! - [`metadata`]: the broker's topics, their settings and partition placement.
 //! - [`groups`]: the records of the consumer offsets log (committed offsets).
 //! - [`controller`]: the Raft frames between the voters of the controller quorum.
+//! - [`cluster`]: the envelope of every node-to-node frame on the cluster listener.
 
 #[allow(
     unsafe_code,
@@ -17,6 +18,7 @@
 #[rustfmt::skip]
 mod generated;
 
+pub use generated::spindle::cluster;
 pub use generated::spindle::controller;
 pub use generated::spindle::groups;
 pub use generated::spindle::metadata;

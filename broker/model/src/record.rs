@@ -199,6 +199,37 @@ pub fn decode(bytes: &[u8]) -> Result<Command, String> {
     Ok(command)
 }
 
+/// Several commands as one entry of the log, committed together: each record after its
+/// 4-byte big-endian length.
+pub fn encode_all(commands: &[Command]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for command in commands {
+        let record = encode(command);
+        let len = u32::try_from(record.len()).expect("a record is far below 4 GiB");
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&record);
+    }
+    out
+}
+
+/// The commands of one entry, in order; refuses the whole entry if any part is not a record.
+pub fn decode_all(mut bytes: &[u8]) -> Result<Vec<Command>, String> {
+    let mut commands = Vec::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes
+            .split_first_chunk::<4>()
+            .ok_or("a record length is cut short")?;
+        let len = usize::try_from(u32::from_be_bytes(*len)).map_err(|e| e.to_string())?;
+        if len > rest.len() {
+            return Err(format!("a record of {len} bytes in {} left", rest.len()));
+        }
+        let (record, rest) = rest.split_at(len);
+        commands.push(decode(record)?);
+        bytes = rest;
+    }
+    Ok(commands)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -276,5 +307,18 @@ mod tests {
             }
         }
         assert!(decode(&crate::snapshot::encode(&crate::snapshot::tests::sample())).is_err());
+    }
+
+    #[test]
+    fn several_commands_make_one_entry_and_damage_is_refused() {
+        let commands = vec![
+            Command::TakeProducerIdBlock,
+            Command::FenceBroker(NodeId(3)),
+        ];
+        let entry = encode_all(&commands);
+        assert_eq!(decode_all(&entry), Ok(commands));
+        assert_eq!(decode_all(&[]), Ok(Vec::new()));
+        assert!(decode_all(&entry[..entry.len() - 1]).is_err());
+        assert!(decode_all(&[0, 0, 0, 9, 1]).is_err());
     }
 }

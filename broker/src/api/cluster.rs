@@ -27,7 +27,7 @@ pub fn describe_cluster(shard: &Shard, request: DescribeClusterRequest) -> Descr
         .collect();
     DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(metadata.cluster_id.clone()))
-        .with_controller_id(BrokerId(shard.active_controller().0))
+        .with_controller_id(BrokerId(shard.active_controller().map_or(-1, |c| c.0)))
         .with_brokers(brokers)
         .with_cluster_authorized_operations(authorized_operations(
             request.include_cluster_authorized_operations,

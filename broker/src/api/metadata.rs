@@ -118,7 +118,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
         .collect();
     let mut response = MetadataResponse::default()
         .with_brokers(brokers)
-        .with_controller_id(BrokerId(shard.active_controller().0))
+        .with_controller_id(BrokerId(shard.active_controller().map_or(-1, |c| c.0)))
         .with_topics(
             topics
                 .into_iter()

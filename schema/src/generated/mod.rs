@@ -2,6 +2,31 @@
 // @generated
 pub mod spindle {
   use super::*;
+  pub mod cluster {
+    use super::*;
+    mod body_generated;
+    pub use self::body_generated::*;
+    mod hello_generated;
+    pub use self::hello_generated::*;
+    mod hello_reply_generated;
+    pub use self::hello_reply_generated::*;
+    mod raft_generated;
+    pub use self::raft_generated::*;
+    mod heartbeat_generated;
+    pub use self::heartbeat_generated::*;
+    mod heartbeat_reply_generated;
+    pub use self::heartbeat_reply_generated::*;
+    mod command_generated;
+    pub use self::command_generated::*;
+    mod propose_generated;
+    pub use self::propose_generated::*;
+    mod outcome_generated;
+    pub use self::outcome_generated::*;
+    mod propose_reply_generated;
+    pub use self::propose_reply_generated::*;
+    mod envelope_generated;
+    pub use self::envelope_generated::*;
+  } // cluster
   pub mod controller {
     use super::*;
     mod message_kind_generated;
