@@ -48,7 +48,7 @@ pub enum ServeError {
     #[error(transparent)]
     Metadata(#[from] crate::metadata::MetadataError),
     #[error(
-        "data directory {path} belongs to node {owner} (its metadata registers no node {node}): start with --node-id {owner}, or use another --data-dir"
+        "data directory {path} belongs to node {owner}, not node {node}: start with --node-id {owner}, or use another --data-dir"
     )]
     ForeignDataDir {
         path: std::path::PathBuf,

@@ -100,6 +100,8 @@ pub struct Cluster {
     /// While this node is the active controller: the brokers' sessions.
     sessions: RefCell<Sessions>,
     fencing: RefCell<BTreeSet<NodeId>>,
+    /// One controller decision at a time (see `decide`).
+    decisions: glommio::sync::Semaphore,
     /// Welcome peers' open inbound connections: (incarnation, count) by node.
     inbound: RefCell<HashMap<NodeId, (u64, usize)>>,
     registered: Cell<bool>,
@@ -185,6 +187,7 @@ impl Cluster {
             next_rpc: Cell::new(1),
             sessions: RefCell::new(Sessions::new(cluster.session_timeout_ms)),
             fencing: RefCell::new(BTreeSet::new()),
+            decisions: glommio::sync::Semaphore::new(1),
             inbound: RefCell::new(HashMap::new()),
             registered: Cell::new(false),
             shutting_down: Cell::new(false),
@@ -565,7 +568,10 @@ impl Cluster {
         commands: Vec<Command>,
     ) -> Result<(Vec<Outcome>, u64), NotCommitted> {
         let id = self.next_id();
-        match self.call(to, id, Frame::Propose { id, commands }).await {
+        match self
+            .call(to, id, Frame::Propose { id, commands }, RPC_TIMEOUT)
+            .await
+        {
             Some(Frame::ProposeReply(ProposeReply { result, .. })) => {
                 let committed = result?;
                 if let Some(m) = &committed.metadata {
@@ -584,7 +590,13 @@ impl Cluster {
     }
 
     /// One request to a peer and its reply (`None`: no reply in time).
-    async fn call(&self, to: NodeId, id: u64, request: Frame) -> Option<Frame> {
+    async fn call(
+        &self,
+        to: NodeId,
+        id: u64,
+        request: Frame,
+        timeout: Duration,
+    ) -> Option<Frame> {
         let peer_known = self.peers.borrow().contains_key(&to);
         if !peer_known {
             let addr = self.config.voters.get(&to).copied().or_else(|| {
@@ -602,11 +614,25 @@ impl Cluster {
             .borrow()
             .get(&to)
             .is_some_and(|p| p.send(self.me, &request));
+        // A request to the active controller is given up as soon as another one is known: a
+        // dead controller's requests would otherwise hold their callers for the whole timeout.
+        let to_leader = self.leader.get() == Some(to);
         let reply = if sent {
-            glommio::timer::timeout(RPC_TIMEOUT, async { Ok(rx.await.ok()) })
-                .await
-                .ok()
-                .flatten()
+            let answered = async {
+                glommio::timer::timeout(timeout, async { Ok(rx.await.ok()) })
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            let deposed = async {
+                loop {
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                    if to_leader && self.leader.get() != Some(to) {
+                        return None;
+                    }
+                }
+            };
+            futures_lite::future::or(answered, deposed).await
         } else {
             None
         };
@@ -635,6 +661,26 @@ impl Cluster {
         Bytes::from(model::snapshot::encode(&self.applied.borrow()))
     }
 
+    /// A decision of the active controller's own (fencing, registering): `make` turns the
+    /// latest metadata into commands, which are committed before the next decision is made, so
+    /// each sees what the one before it did. True once committed (or when nothing was to do).
+    async fn decide(&self, make: impl FnOnce(&ClusterMetadata) -> Vec<Command>) -> bool {
+        let _turn = self.decisions.acquire_permit(1).await;
+        let commands = make(&self.applied.borrow());
+        if commands.is_empty() {
+            return true;
+        }
+        match self.propose_local(commands).await {
+            Ok((outcomes, _)) => {
+                for refused in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+                    tracing::warn!(reason = %refused.message, "a controller decision was refused");
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     async fn serve_heartbeat(&self, h: Heartbeat) -> HeartbeatReply {
         let mut reply = HeartbeatReply {
             id: h.id,
@@ -651,8 +697,9 @@ impl Cluster {
             self.sessions
                 .borrow_mut()
                 .shutting_down(node, h.incarnation, now_ms);
-            let commands = brokers::fence_commands(&metadata, node);
-            let done = commands.is_empty() || self.propose_local(commands).await.is_ok();
+            let done = self
+                .decide(|m| brokers::fence_commands(m, node))
+                .await;
             reply.accepted = done;
             reply.fenced = done;
             return reply;
@@ -672,12 +719,17 @@ impl Cluster {
             }
             Heard::Rejoin => {
                 tracing::info!(%node, "a broker registers");
-                let mut commands = vec![Command::RegisterBroker(h.registration.clone())];
-                let mut after = (*metadata).clone();
-                if model::apply(&mut after, &commands[0]).is_ok() {
-                    commands.extend(brokers::rejoin_commands(&after, node));
-                }
-                reply.accepted = self.propose_local(commands).await.is_ok();
+                let registration = Command::RegisterBroker(h.registration.clone());
+                reply.accepted = self
+                    .decide(|m| {
+                        let mut after = m.clone();
+                        let mut commands = vec![registration];
+                        if model::apply(&mut after, &commands[0]).is_ok() {
+                            commands.extend(brokers::rejoin_commands(&after, node));
+                        }
+                        commands
+                    })
+                    .await;
             }
         }
         if !self.voters.contains(&node) && h.metadata_version < self.applied.borrow().version {
@@ -698,16 +750,13 @@ impl Cluster {
             if self.leader.get() == Some(self.me) {
                 let metadata = self.applied.borrow().clone();
                 let expired = self.sessions.borrow_mut().expired(&metadata, self.now_ms());
-                for node in expired {
+                // The active controller is evidently alive, whatever its own session says.
+                for node in expired.into_iter().filter(|n| *n != self.me) {
                     if self.fencing.borrow_mut().insert(node) {
                         let this = self.clone();
                         glommio::spawn_local(async move {
-                            let metadata = this.applied.borrow().clone();
                             tracing::info!(%node, "fencing a broker: its session expired");
-                            let commands = brokers::fence_commands(&metadata, node);
-                            if !commands.is_empty() {
-                                let _ = this.propose_local(commands).await;
-                            }
+                            this.decide(|m| brokers::fence_commands(m, node)).await;
                             this.fencing.borrow_mut().remove(&node);
                         })
                         .detach();
@@ -735,7 +784,9 @@ impl Cluster {
         let reply = if target == self.me {
             Some(self.serve_heartbeat(h).await)
         } else {
-            match self.call(target, id, Frame::Heartbeat(h)).await {
+            // No longer than an interval: a dead controller must not cost a whole session.
+            let timeout = Duration::from_millis(self.config.heartbeat_interval_ms);
+            match self.call(target, id, Frame::Heartbeat(h), timeout).await {
                 Some(Frame::HeartbeatReply(r)) => Some(r),
                 _ => None,
             }
