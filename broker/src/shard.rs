@@ -130,10 +130,20 @@ impl Shard {
         self.controller.as_ref()
     }
 
-
     /// Where this node serves `partition` of `topic` from.
     pub fn route(&self, topic: &Topic, partition: i32) -> Route {
         routing::route(&self.metadata.borrow(), self.node(), topic, partition)
+    }
+
+    /// [`Shard::route`] for a request that names the leader epoch it takes to be current.
+    pub fn route_at_epoch(&self, topic: &Topic, partition: i32, leader_epoch: i32) -> Route {
+        routing::route_at_epoch(
+            &self.metadata.borrow(),
+            self.node(),
+            topic,
+            partition,
+            leader_epoch,
+        )
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {

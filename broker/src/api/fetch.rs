@@ -72,7 +72,13 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let route = topic.map_or(Route::Unknown, |m| {
-                routing::route(&metadata, shard.node(), m, p.partition)
+                routing::route_at_epoch(
+                    &metadata,
+                    shard.node(),
+                    m,
+                    p.partition,
+                    p.current_leader_epoch,
+                )
             });
             let error = match (topic, route) {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),

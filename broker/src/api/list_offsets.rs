@@ -61,9 +61,9 @@ pub async fn handle(
         let mut indexes = Vec::new();
         for p in topic.partitions {
             indexes.push(p.partition_index);
-            let route = meta
-                .as_ref()
-                .map_or(Route::Unknown, |t| shard.route(t, p.partition_index));
+            let route = meta.as_ref().map_or(Route::Unknown, |t| {
+                shard.route_at_epoch(t, p.partition_index, p.current_leader_epoch)
+            });
             match route {
                 Route::Here(owner) => {
                     work.push((

@@ -7,9 +7,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use net::ProduceRequest;
 use net::kafka_protocol::ResponseError;
+use net::kafka_protocol::messages::BrokerId;
 use net::kafka_protocol::messages::ProduceResponse;
 use net::kafka_protocol::messages::produce_response::{
-    PartitionProduceResponse, TopicProduceResponse,
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use net::kafka_protocol::protocol::StrBytes;
 
@@ -117,6 +118,9 @@ pub async fn handle(
     }
 
     let mut answers = answers.into_iter();
+    let metadata = shard.metadata();
+    // KIP-951: a client told NOT_LEADER_OR_FOLLOWER is told the leader too, and how to reach it.
+    let mut leaders = std::collections::BTreeSet::new();
     let responses = shape
         .into_iter()
         .map(|(name, indexes)| {
@@ -137,6 +141,22 @@ pub async fn handle(
                     if version >= 8 && a.error.is_some() {
                         r = r.with_error_message(a.message.map(StrBytes::from_string));
                     }
+                    let leader = metadata
+                        .topics
+                        .get(name.as_str())
+                        .and_then(|t| t.partition(index))
+                        .and_then(|p| Some((p.leader?, p.leader_epoch)));
+                    if let (true, Some((node, epoch))) = (
+                        version >= 10 && a.error == Some(ResponseError::NotLeaderOrFollower),
+                        leader,
+                    ) {
+                        leaders.insert(node);
+                        r = r.with_current_leader(
+                            LeaderIdAndEpoch::default()
+                                .with_leader_id(BrokerId(node.0))
+                                .with_leader_epoch(epoch.0),
+                        );
+                    }
                     r
                 })
                 .collect();
@@ -145,5 +165,20 @@ pub async fn handle(
                 .with_partition_responses(partition_responses)
         })
         .collect();
-    Some(ProduceResponse::default().with_responses(responses))
+    let node_endpoints = leaders
+        .into_iter()
+        .filter_map(|id| metadata.brokers.get(&id).filter(|b| !b.fenced))
+        .map(|b| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(b.id.0))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.clone().map(StrBytes::from_string))
+        })
+        .collect();
+    Some(
+        ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(node_endpoints),
+    )
 }

@@ -590,13 +590,7 @@ impl Cluster {
     }
 
     /// One request to a peer and its reply (`None`: no reply in time).
-    async fn call(
-        &self,
-        to: NodeId,
-        id: u64,
-        request: Frame,
-        timeout: Duration,
-    ) -> Option<Frame> {
+    async fn call(&self, to: NodeId, id: u64, request: Frame, timeout: Duration) -> Option<Frame> {
         let peer_known = self.peers.borrow().contains_key(&to);
         if !peer_known {
             let addr = self.config.voters.get(&to).copied().or_else(|| {
@@ -697,9 +691,7 @@ impl Cluster {
             self.sessions
                 .borrow_mut()
                 .shutting_down(node, h.incarnation, now_ms);
-            let done = self
-                .decide(|m| brokers::fence_commands(m, node))
-                .await;
+            let done = self.decide(|m| brokers::fence_commands(m, node)).await;
             reply.accepted = done;
             reply.fenced = done;
             return reply;
