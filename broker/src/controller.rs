@@ -50,6 +50,10 @@ impl Controller {
         }
     }
 
+    pub fn cluster(&self) -> Option<&Rc<Cluster>> {
+        self.cluster.get()
+    }
+
     /// Applies `commands` in order to the latest metadata; if that changed it, the new version is
     /// saved and applied by every shard before this returns. A refused command changes nothing
     /// and does not stop the ones after it.

@@ -44,6 +44,9 @@ impl Handler for Connection {
             Request::CreateAcls(r) => api::acls::create(r).into(),
             Request::DeleteAcls(r) => api::acls::delete(r).into(),
             Request::DescribeCluster(r) => api::cluster::describe_cluster(shard, r).into(),
+            Request::DescribeQuorum(r) => api::cluster::describe_quorum(shard, r, version)
+                .await
+                .into(),
             Request::DeleteRecords(r) => {
                 api::delete_records::handle(shard, r, version).await.into()
             }

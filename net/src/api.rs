@@ -154,4 +154,5 @@ apis! {
     IncrementalAlterConfigs(kp::IncrementalAlterConfigsRequest, kp::IncrementalAlterConfigsResponse),
     OffsetDelete(kp::OffsetDeleteRequest, kp::OffsetDeleteResponse),
     DescribeCluster(kp::DescribeClusterRequest, kp::DescribeClusterResponse),
+    DescribeQuorum(kp::DescribeQuorumRequest, kp::DescribeQuorumResponse),
 }

@@ -367,6 +367,14 @@ const OFFSET_DELETE: Layout = Layout {
     ],
 };
 
+const DESCRIBE_QUORUM: Layout = Layout {
+    flexible_min: 0,
+    fields: &[all(Kind::Structs(&[
+        all(STR),                        // topic
+        all(Kind::Structs(&[all(I32)])), // partition index
+    ]))],
+};
+
 /// The layout of a request we decode with `kafka-protocol` (all but Produce, which has its own
 /// bounded decoder).
 pub(crate) fn layout(api_key: ApiKey) -> Option<Layout> {
@@ -398,6 +406,7 @@ pub(crate) fn layout(api_key: ApiKey) -> Option<Layout> {
         ApiKey::DeleteRecords => DELETE_RECORDS,
         ApiKey::InitProducerId => INIT_PRODUCER_ID,
         ApiKey::OffsetDelete => OFFSET_DELETE,
+        ApiKey::DescribeQuorum => DESCRIBE_QUORUM,
         _ => return None,
     })
 }

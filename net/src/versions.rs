@@ -78,6 +78,7 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     ApiSupport::new(ApiKey::DeleteGroups, 0, 2),
     ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1),
     ApiSupport::new(ApiKey::OffsetDelete, 0, 0),
+    ApiSupport::new(ApiKey::DescribeQuorum, 0, 2),
     ApiSupport::new(ApiKey::DescribeCluster, 0, 2),
 ];
 

@@ -358,6 +358,27 @@ impl Quorum {
         self.config.node
     }
 
+    /// How far each voter's log is known to match this one's: the leader knows every voter's;
+    /// any other voter knows only its own (the others are `None`).
+    pub fn voters_progress(&self) -> Vec<(NodeId, Option<LogIndex>)> {
+        let raft = &self.raw.raft;
+        let leading = raft.state == StateRole::Leader;
+        self.voter_ids
+            .iter()
+            .filter_map(|&id| {
+                let node = node_id(id)?;
+                let matched = if id == raft.id {
+                    Some(LogIndex(raft.raft_log.last_index()))
+                } else if leading {
+                    raft.prs().get(id).map(|p| LogIndex(p.matched))
+                } else {
+                    None
+                };
+                Some((node, matched))
+            })
+            .collect()
+    }
+
     fn propose(&mut self, data: Bytes) -> Result<(LogIndex, Term), QuorumError> {
         if data.is_empty() {
             return Err(QuorumError::EmptyProposal);

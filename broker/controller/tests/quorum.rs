@@ -70,6 +70,7 @@ fn a_quorum_of_one_commits_with_nothing_but_its_local_persist() {
     let done = q.step(Event::Persisted(id)).expect("persisted");
     assert_eq!(applied(&done), vec![Bytes::from_static(b"create topic")]);
     assert_eq!(q.status().commit, index);
+    assert_eq!(q.voters_progress(), vec![(NodeId(1), Some(index))]);
 }
 
 #[test]

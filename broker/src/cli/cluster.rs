@@ -1,5 +1,6 @@
-//! `spindle cluster describe`: the cluster's id, its brokers (id, address, rack) and which one is
-//! the active controller, as Metadata reports them.
+//! `spindle cluster describe`: the cluster's id, its brokers (id, address, rack, alive or fenced)
+//! and which one is the active controller, as DescribeCluster reports them, and each voter's Raft
+//! state as the active controller reports it (DescribeQuorum).
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -18,15 +19,18 @@ pub struct ClusterArgs {
 
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
-    /// Shows the cluster id, every live broker and the active controller.
+    /// Shows the cluster id, every broker (alive or fenced), the active controller and the
+    /// controller quorum's voters.
     Describe,
 }
 
 #[derive(Debug, Serialize)]
 struct ClusterDescription {
-    cluster_id: Option<String>,
+    cluster_id: String,
     controller: i32,
     brokers: Vec<BrokerDescription>,
+    /// The controller quorum as the active controller reports it, if it answered.
+    quorum: Option<QuorumDescription>,
 }
 
 #[derive(Debug, Serialize)]
@@ -35,30 +39,74 @@ struct BrokerDescription {
     host: String,
     port: i32,
     rack: Option<String>,
+    fenced: bool,
     controller: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct QuorumDescription {
+    leader: i32,
+    /// The Raft term.
+    epoch: i32,
+    /// The committed index of the metadata log.
+    high_watermark: i64,
+    voters: Vec<VoterDescription>,
+}
+
+#[derive(Debug, Serialize)]
+struct VoterDescription {
+    node: i32,
+    /// How far its log matches the leader's (-1: not known).
+    log_end_offset: i64,
+    /// The leader, or a follower the leader knows to be caught up to the high watermark.
+    state: &'static str,
 }
 
 pub async fn run(args: ClusterArgs) -> Result<(), CliError> {
     let mut client = args.connect.connect().await?;
     match args.command {
         ClusterCommand::Describe => {
-            let metadata = client.metadata(Some(&[])).await?;
-            let mut brokers: Vec<BrokerDescription> = metadata
+            let cluster = client.describe_cluster().await?;
+            let mut brokers: Vec<BrokerDescription> = cluster
                 .brokers
                 .into_iter()
-                .map(|b| BrokerDescription {
-                    controller: b.node_id == metadata.controller_id,
+                .map(|(b, fenced)| BrokerDescription {
+                    controller: b.node_id == cluster.controller_id,
                     node: b.node_id,
                     host: b.host,
                     port: b.port,
                     rack: b.rack,
+                    fenced,
                 })
                 .collect();
             brokers.sort_by_key(|b| b.node);
+            let quorum = match cluster.controller_id {
+                -1 => None,
+                controller => client.describe_quorum(controller).await.ok(),
+            };
             let description = ClusterDescription {
-                cluster_id: metadata.cluster_id,
-                controller: metadata.controller_id,
+                cluster_id: cluster.cluster_id,
+                controller: cluster.controller_id,
                 brokers,
+                quorum: quorum.map(|q| QuorumDescription {
+                    leader: q.leader_id,
+                    epoch: q.leader_epoch,
+                    high_watermark: q.high_watermark,
+                    voters: q
+                        .voters
+                        .iter()
+                        .map(|&(node, end)| VoterDescription {
+                            node,
+                            log_end_offset: end,
+                            state: match () {
+                                _ if node == q.leader_id => "leader",
+                                _ if end >= q.high_watermark && end >= 0 => "follower (caught up)",
+                                _ if end >= 0 => "follower (behind)",
+                                _ => "unknown",
+                            },
+                        })
+                        .collect(),
+                }),
             };
             args.connect.output.emit(&description, describe_table)
         }
@@ -67,12 +115,12 @@ pub async fn run(args: ClusterArgs) -> Result<(), CliError> {
 
 fn describe_table(d: &ClusterDescription) -> String {
     let headline = summary(&[
-        ("CLUSTER-ID", d.cluster_id.clone().unwrap_or_default()),
+        ("CLUSTER-ID", d.cluster_id.clone()),
         ("CONTROLLER", d.controller.to_string()),
         ("BROKERS", d.brokers.len().to_string()),
     ]);
     let brokers = Table::of(
-        &["NODE", "HOST", "PORT", "RACK", "CONTROLLER"],
+        &["NODE", "HOST", "PORT", "RACK", "STATE", "CONTROLLER"],
         &d.brokers,
         |b| {
             vec![
@@ -80,9 +128,29 @@ fn describe_table(d: &ClusterDescription) -> String {
                 b.host.clone(),
                 b.port.to_string(),
                 b.rack.clone().unwrap_or_default(),
+                if b.fenced { "fenced" } else { "alive" }.to_owned(),
                 if b.controller { "yes" } else { "no" }.to_owned(),
             ]
         },
     );
-    [headline, brokers].join("\n")
+    let mut parts = vec![headline, brokers];
+    if let Some(q) = &d.quorum {
+        parts.push(summary(&[
+            ("QUORUM-LEADER", q.leader.to_string()),
+            ("EPOCH", q.epoch.to_string()),
+            ("HIGH-WATERMARK", q.high_watermark.to_string()),
+        ]));
+        parts.push(Table::of(
+            &["VOTER", "LOG-END", "RAFT-STATE"],
+            &q.voters,
+            |v| {
+                vec![
+                    v.node.to_string(),
+                    v.log_end_offset.to_string(),
+                    v.state.to_owned(),
+                ]
+            },
+        ));
+    }
+    parts.join("\n")
 }

@@ -63,6 +63,18 @@ pub fn cluster_id(config: &ClusterConfig) -> String {
     uuid::Uuid::from_u128(bits).simple().to_string()
 }
 
+/// The controller quorum as one node sees it: the leader knows every voter's log end, any other
+/// node only its own (`None`: not known here).
+#[derive(Debug, Clone)]
+pub struct QuorumView {
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    /// The committed index, if this node is a voter.
+    pub commit: Option<u64>,
+    pub voters: Vec<(NodeId, Option<u64>)>,
+    pub listeners: BTreeMap<NodeId, std::net::SocketAddr>,
+}
+
 /// A proposal waiting for its entry to be applied.
 #[derive(Debug)]
 struct Waiting {
@@ -218,6 +230,24 @@ impl Cluster {
 
     fn is_voter(&self) -> bool {
         self.voters.contains(&self.me)
+    }
+
+    /// The controller quorum as this node sees it (DescribeQuorum).
+    pub fn quorum_view(&self) -> QuorumView {
+        let quorum = self.quorum.borrow();
+        let status = quorum.as_ref().map(|q| q.status());
+        let progress = quorum.as_ref().map(|q| q.voters_progress());
+        let voters = match progress {
+            Some(p) => p.into_iter().map(|(n, i)| (n, i.map(|i| i.0))).collect(),
+            None => self.voters.iter().map(|&n| (n, None)).collect(),
+        };
+        QuorumView {
+            leader: self.leader.get(),
+            term: status.map_or(0, |s| s.term.0),
+            commit: status.map(|s| s.commit.0),
+            voters,
+            listeners: self.config.voters.clone(),
+        }
     }
 
     /// Why this node must stop, once it must.

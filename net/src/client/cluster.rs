@@ -10,6 +10,7 @@ use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableT
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -24,9 +25,10 @@ use kafka_protocol::messages::offset_fetch_request::{
 };
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, IncrementalAlterConfigsRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeQuorumRequest, FetchRequest, FindCoordinatorRequest, GroupId,
+    IncrementalAlterConfigsRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -50,6 +52,26 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+}
+
+/// The cluster as DescribeCluster lists it, fenced brokers included (KIP-1073).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedCluster {
+    pub cluster_id: String,
+    pub controller_id: i32,
+    /// Each broker, and whether it is fenced.
+    pub brokers: Vec<(BrokerInfo, bool)>,
+}
+
+/// The controller quorum as DescribeQuorum reports it (`__cluster_metadata` partition 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedQuorum {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub high_watermark: i64,
+    /// Each voter and its log end offset (-1: not known to the broker that answered).
+    pub voters: Vec<(i32, i64)>,
+    pub observers: Vec<i32>,
 }
 
 impl BrokerInfo {
@@ -247,6 +269,68 @@ impl Client {
             }
         }
         Ok(metadata)
+    }
+
+    /// Every broker, fenced or not, and the active controller.
+    pub async fn describe_cluster(&mut self) -> Result<DescribedCluster, ClientError> {
+        let request = DescribeClusterRequest::default().with_include_fenced_brokers(true);
+        let response = self.bootstrap.send(&request).await?;
+        check(
+            ApiKey::DescribeCluster,
+            || "the cluster".to_string(),
+            response.error_code,
+            response.error_message.as_deref(),
+        )?;
+        Ok(DescribedCluster {
+            cluster_id: response.cluster_id.to_string(),
+            controller_id: response.controller_id.0,
+            brokers: response
+                .brokers
+                .iter()
+                .map(|b| {
+                    let info = BrokerInfo {
+                        node_id: b.broker_id.0,
+                        host: b.host.to_string(),
+                        port: b.port,
+                        rack: b.rack.as_ref().map(|r| r.to_string()),
+                    };
+                    (info, b.is_fenced)
+                })
+                .collect(),
+        })
+    }
+
+    /// The controller quorum, asked of broker `node` (the active controller knows every
+    /// voter's progress).
+    pub async fn describe_quorum(&mut self, node: i32) -> Result<DescribedQuorum, ClientError> {
+        let request = DescribeQuorumRequest::default().with_topics(vec![
+            TopicData::default()
+                .with_topic_name(topic_name("__cluster_metadata"))
+                .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
+        ]);
+        let response = self.broker(node).await?.send(&request).await?;
+        let what = || "the controller quorum".to_string();
+        check(ApiKey::DescribeQuorum, what, response.error_code, None)?;
+        let partition = response
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| ClientError::Protocol {
+                addr: format!("broker {node}"),
+                reason: "DescribeQuorum answered no partition".into(),
+            })?;
+        check(ApiKey::DescribeQuorum, what, partition.error_code, None)?;
+        Ok(DescribedQuorum {
+            leader_id: partition.leader_id.0,
+            leader_epoch: partition.leader_epoch,
+            high_watermark: partition.high_watermark,
+            voters: partition
+                .current_voters
+                .iter()
+                .map(|v| (v.replica_id.0, v.log_end_offset))
+                .collect(),
+            observers: partition.observers.iter().map(|o| o.replica_id.0).collect(),
+        })
     }
 
     pub async fn create_topics(

@@ -27,8 +27,8 @@ pub mod partitioner;
 
 pub use cluster::{
     BrokerInfo, Client, ClusterMetadata, CommittedOffset, ConfigChange, ConfigEntry,
-    ConfigResource, EARLIEST_TIMESTAMP, FetchedPartition, GroupListing, LATEST_TIMESTAMP, NewTopic,
-    PartitionInfo, ProduceAck, TopicInfo, produce_ack,
+    ConfigResource, DescribedCluster, DescribedQuorum, EARLIEST_TIMESTAMP, FetchedPartition,
+    GroupListing, LATEST_TIMESTAMP, NewTopic, PartitionInfo, ProduceAck, TopicInfo, produce_ack,
 };
 pub use connection::{ConnectOptions, Connection, Ticket};
 pub use error::{ClientError, error_name};
