@@ -118,18 +118,23 @@ impl Sessions {
     }
 
     /// The unfenced brokers whose session ran out by `now_ms` (or that are shutting down): each
-    /// is to be fenced, and is reported again at each call until it is.
+    /// is to be fenced, and is reported again at each call until it is. A registered broker
+    /// without a session here (registered through an earlier controller after this one took
+    /// over) starts a whole one now.
     pub fn expired(&mut self, metadata: &ClusterMetadata, now_ms: u64) -> Vec<NodeId> {
         let timeout_ms = self.timeout_ms;
-        metadata
-            .live_brokers()
-            .map(|b| b.id)
-            .filter(|id| {
-                self.sessions.get(id).is_none_or(|s| {
-                    s.shutting_down || now_ms.saturating_sub(s.last_heard_ms) >= timeout_ms
-                })
-            })
-            .collect()
+        let mut expired = Vec::new();
+        for broker in metadata.live_brokers() {
+            let session = self.sessions.entry(broker.id).or_insert(Session {
+                incarnation: 0,
+                last_heard_ms: now_ms,
+                shutting_down: false,
+            });
+            if session.shutting_down || now_ms.saturating_sub(session.last_heard_ms) >= timeout_ms {
+                expired.push(broker.id);
+            }
+        }
+        expired
     }
 }
 
@@ -305,6 +310,12 @@ mod tests {
         let mut m = cluster(2, &[&[1, 2]]);
         let mut s = Sessions::new(1000);
         s.take_over(&m, 0);
+        let mut late = Sessions::new(1000);
+        assert!(
+            late.expired(&m, 5000).is_empty(),
+            "a broker it never saw gets a session"
+        );
+        assert_eq!(late.expired(&m, 6000).len(), 2);
         assert_eq!(s.heartbeat(&m, NodeId(1), 11, 100), Heard::Alive);
         assert!(s.expired(&m, 999).is_empty());
         assert_eq!(

@@ -34,6 +34,8 @@ pub enum Frame {
         commands: Vec<Command>,
     },
     ProposeReply(ProposeReply),
+    /// The active controller's newest metadata, for a broker that is no voter.
+    Metadata(Bytes),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +181,14 @@ pub fn encode(from: NodeId, frame: &Frame) -> Vec<u8> {
             let t = encode_propose_reply(&mut b, r);
             (fb::Body::ProposeReply, t.as_union_value())
         }
+        Frame::Metadata(snapshot) => {
+            let snapshot = b.create_vector(snapshot);
+            let args = fb::MetadataArgs {
+                snapshot: Some(snapshot),
+            };
+            let t = fb::Metadata::create(&mut b, &args);
+            (fb::Body::Metadata, t.as_union_value())
+        }
     };
     let args = fb::EnvelopeArgs {
         from: from.0,
@@ -296,6 +306,8 @@ pub fn decode(bytes: &[u8], frame_bytes_max: usize) -> Result<(NodeId, Frame), F
         }
     } else if let Some(r) = e.body_as_propose_reply() {
         Frame::ProposeReply(decode_propose_reply(&r))
+    } else if let Some(m) = e.body_as_metadata() {
+        Frame::Metadata(Bytes::copy_from_slice(m.snapshot().bytes()))
     } else {
         return Err(FrameError::UnknownKind(kind.0));
     };
@@ -410,6 +422,7 @@ mod tests {
                 id: 7,
                 result: Err(NotCommitted::Failed("disk full".into())),
             }),
+            Frame::Metadata(Bytes::from_static(b"snapshot")),
         ];
         for frame in frames {
             let bytes = encode(NodeId(2), &frame);

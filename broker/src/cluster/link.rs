@@ -64,12 +64,16 @@ impl Replier {
 #[derive(Debug)]
 pub struct Peer {
     tx: LocalSender<Bytes>,
+    /// Whether a connection to it is up (handshake done) right now.
+    connected: Rc<Cell<bool>>,
 }
 
 impl Peer {
     /// Starts the link to `node` at `addr`.
     pub fn spawn<H: Handler>(me: NodeId, node: NodeId, addr: SocketAddr, handler: Weak<H>) -> Peer {
         let (tx, rx) = local_channel::new_bounded::<Bytes>(QUEUE_FRAMES);
+        let connected = Rc::new(Cell::new(false));
+        let up = connected.clone();
         glommio::spawn_local(async move {
             loop {
                 let Some(h) = handler.upgrade() else { return };
@@ -78,6 +82,7 @@ impl Peer {
                 match dial(addr, &hello).await {
                     Ok((stream, None)) => {
                         tracing::debug!(%node, %addr, "connected to a peer");
+                        up.set(true);
                         let (mut reader, mut writer) = futures_lite::io::split(stream);
                         let reading = async {
                             while let Ok(bytes) = read_frame(&mut reader).await {
@@ -96,6 +101,7 @@ impl Peer {
                             }
                         };
                         futures_lite::future::or(reading, writing).await;
+                        up.set(false);
                         tracing::debug!(%node, %addr, "lost the connection to a peer");
                     }
                     Ok((_, Some(why))) => {
@@ -110,7 +116,11 @@ impl Peer {
             }
         })
         .detach();
-        Peer { tx }
+        Peer { tx, connected }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.get()
     }
 
     /// Queues `frame` for the peer; false if it was dropped (the queue is full).

@@ -462,6 +462,7 @@ impl Cluster {
                     tracing::warn!(error = %e, "keeping a copy of the metadata");
                 }
                 cluster.published.set(metadata.version);
+                cluster.push_to_brokers(&metadata);
                 tracing::debug!(
                     version = metadata.version,
                     "metadata published to every shard"
@@ -478,6 +479,33 @@ impl Cluster {
             cluster.publishing.set(false);
         })
         .detach();
+    }
+
+    /// As the active controller: sends `metadata` to every live broker that is no voter (and so
+    /// applies no Raft log) and is connected, so it sees a change without waiting for its next
+    /// heartbeat. One snapshot per publish round: a burst of changes is sent once.
+    fn push_to_brokers(&self, metadata: &ClusterMetadata) {
+        if self.leader.get() != Some(self.me) {
+            return;
+        }
+        let brokers: Vec<(NodeId, std::net::SocketAddr)> = metadata
+            .live_brokers()
+            .filter(|b| !self.voters.contains(&b.id))
+            .filter_map(|b| Some((b.id, b.cluster_listener.as_ref()?.parse().ok()?)))
+            .collect();
+        if brokers.is_empty() {
+            return;
+        }
+        let frame = Frame::Metadata(Bytes::from(model::snapshot::encode(metadata)));
+        for (node, addr) in brokers {
+            let mut peers = self.peers.borrow_mut();
+            let peer = peers
+                .entry(node)
+                .or_insert_with(|| Peer::spawn(self.me, node, addr, self.this.clone()));
+            if peer.is_connected() {
+                peer.send(self.me, &frame);
+            }
+        }
     }
 
     async fn wait_published(&self, version: u64) {
@@ -936,6 +964,7 @@ impl link::Handler for Cluster {
                 })
                 .detach();
             }
+            Frame::Metadata(snapshot) => self.adopt(&snapshot),
             other => tracing::debug!(%from, frame = ?other, "an unexpected request"),
         }
     }

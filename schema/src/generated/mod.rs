@@ -24,6 +24,8 @@ pub mod spindle {
     pub use self::outcome_generated::*;
     mod propose_reply_generated;
     pub use self::propose_reply_generated::*;
+    mod metadata_generated;
+    pub use self::metadata_generated::*;
     mod envelope_generated;
     pub use self::envelope_generated::*;
   } // cluster

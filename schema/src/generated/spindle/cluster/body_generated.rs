@@ -5,10 +5,10 @@ use super::*;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_BODY: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_BODY: u8 = 7;
+pub const ENUM_MAX_BODY: u8 = 8;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_BODY: [Body; 8] = [
+pub const ENUM_VALUES_BODY: [Body; 9] = [
   Body::NONE,
   Body::Hello,
   Body::HelloReply,
@@ -17,6 +17,7 @@ pub const ENUM_VALUES_BODY: [Body; 8] = [
   Body::HeartbeatReply,
   Body::Propose,
   Body::ProposeReply,
+  Body::Metadata,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -32,9 +33,10 @@ impl Body {
   pub const HeartbeatReply: Self = Self(5);
   pub const Propose: Self = Self(6);
   pub const ProposeReply: Self = Self(7);
+  pub const Metadata: Self = Self(8);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 7;
+  pub const ENUM_MAX: u8 = 8;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Hello,
@@ -44,6 +46,7 @@ impl Body {
     Self::HeartbeatReply,
     Self::Propose,
     Self::ProposeReply,
+    Self::Metadata,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -56,6 +59,7 @@ impl Body {
       Self::HeartbeatReply => Some("HeartbeatReply"),
       Self::Propose => Some("Propose"),
       Self::ProposeReply => Some("ProposeReply"),
+      Self::Metadata => Some("Metadata"),
       _ => None,
     }
   }

@@ -158,6 +158,20 @@ impl<'a> Envelope<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn body_as_metadata(&self) -> Option<Metadata<'a>> {
+    if self.body_type() == Body::Metadata {
+      let u = self.body();
+      // Safety:
+      // Created from a valid Table for this object
+      // Which contains a valid union in this slot
+      Some(unsafe { Metadata::init_from_table(u) })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for Envelope<'_> {
@@ -176,6 +190,7 @@ impl ::flatbuffers::Verifiable for Envelope<'_> {
           Body::HeartbeatReply => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<HeartbeatReply>>("Body::HeartbeatReply", pos),
           Body::Propose => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Propose>>("Body::Propose", pos),
           Body::ProposeReply => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<ProposeReply>>("Body::ProposeReply", pos),
+          Body::Metadata => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Metadata>>("Body::Metadata", pos),
           _ => Ok(()),
         }
      })?
@@ -282,6 +297,13 @@ impl ::core::fmt::Debug for Envelope<'_> {
         },
         Body::ProposeReply => {
           if let Some(x) = self.body_as_propose_reply() {
+            ds.field("body", &x)
+          } else {
+            ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Body::Metadata => {
+          if let Some(x) = self.body_as_metadata() {
             ds.field("body", &x)
           } else {
             ds.field("body", &"InvalidFlatbuffer: Union discriminant does not match value.")
