@@ -1,9 +1,11 @@
 //! The Fetch response, hand-written because it is the hot path: each partition's record batches
 //! go into the frame as the log returned them, as separate chunks, never copied.
 //!
-//! Versions 4 to 17 (12 and up are flexible; from 13 topics are named by id). No tagged field is
-//! ever written (librdkafka before 2.2 misreads them), so `node_endpoints` (v16+),
-//! `current_leader`, `diverging_epoch` and `snapshot_id` are always absent, and
+//! Versions 4 to 17 (12 and up are flexible; from 13 topics are named by id). Tagged fields are
+//! written only with a value that is not their default (librdkafka before 2.2 misreads default
+//! ones, and speaks no flexible Fetch anyway): a partition's `current_leader` (v12+) and the
+//! response's `node_endpoints` (v16+), which tell a client sent to a non-leader where the leader
+//! is (KIP-951). `diverging_epoch` and `snapshot_id` are always absent, and
 //! `preferred_read_replica` (v11+) is always -1.
 
 use bytes::{BufMut, Bytes};
@@ -25,6 +27,8 @@ pub struct FetchResponse {
     /// The fetch session (v7+); 0 when sessions are not used.
     pub session_id: i32,
     pub topics: Vec<FetchTopicResponse>,
+    /// The brokers named as `current_leader` of some partition (v16+).
+    pub node_endpoints: Vec<NodeEndpoint>,
     /// The fetch memory the batches read from disk hold until the response is written (not
     /// encoded; the response frame keeps it).
     pub memory: HeldMemory,
@@ -49,7 +53,23 @@ pub struct FetchPartitionResponse {
     pub log_start_offset: i64,
     /// Whole record batches, in log order; written back to back.
     pub records: Vec<Bytes>,
+    /// The partition's leader and leader epoch, for a client that asked a non-leader (v12+).
+    pub current_leader: Option<(i32, i32)>,
 }
+
+/// How to reach a broker (KIP-951).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeEndpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// Partition tag 1, response tag 0 (Kafka's FetchResponse.json).
+const CURRENT_LEADER_TAG: u32 = 1;
+const NODE_ENDPOINTS_TAG: u32 = 0;
+const NODE_ENDPOINTS_MIN: i16 = 16;
 
 impl FetchResponse {
     /// Encodes the body into `frame`, each record chunk as its own frame chunk.
@@ -76,9 +96,34 @@ impl FetchResponse {
             }
             put_tags(frame, flexible);
         }
-        put_tags(frame, flexible);
+        if flexible && version >= NODE_ENDPOINTS_MIN && !self.node_endpoints.is_empty() {
+            let mut value = bytes::BytesMut::new();
+            wire::put_length(&mut value, seq, self.node_endpoints.len())?;
+            for node in &self.node_endpoints {
+                value.put_i32(node.node_id);
+                wire::put_string(&mut value, true, &node.host)?;
+                value.put_i32(node.port);
+                wire::put_nullable_string(&mut value, true, node.rack.as_deref())?;
+                wire::put_no_tagged_fields(&mut value);
+            }
+            put_tag(frame.buf(), NODE_ENDPOINTS_TAG, &value)?;
+        } else {
+            put_tags(frame, flexible);
+        }
         Ok(())
     }
+}
+
+/// One tagged field (count 1, tag, size, value).
+fn put_tag(buf: &mut bytes::BytesMut, tag: u32, value: &[u8]) -> Result<(), WireError> {
+    let size = u32::try_from(value.len()).map_err(|_| WireError::InvalidLength {
+        length: i64::try_from(value.len()).unwrap_or(i64::MAX),
+    })?;
+    wire::put_unsigned_varint(buf, 1);
+    wire::put_unsigned_varint(buf, tag);
+    wire::put_unsigned_varint(buf, size);
+    buf.put_slice(value);
+    Ok(())
 }
 
 impl FetchPartitionResponse {
@@ -107,7 +152,16 @@ impl FetchPartitionResponse {
         for chunk in &self.records {
             frame.put_shared(chunk.clone());
         }
-        put_tags(frame, flexible);
+        match self.current_leader {
+            Some((leader_id, leader_epoch)) if flexible => {
+                let mut value = bytes::BytesMut::with_capacity(9);
+                value.put_i32(leader_id);
+                value.put_i32(leader_epoch);
+                wire::put_no_tagged_fields(&mut value);
+                put_tag(frame.buf(), CURRENT_LEADER_TAG, &value)?;
+            }
+            _ => put_tags(frame, flexible),
+        }
         Ok(())
     }
 }
@@ -129,16 +183,31 @@ mod tests {
         let partition = (
             any::<(i32, i16, i64, i64, i64)>(),
             proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..100), 0..4),
+            proptest::option::of(any::<(i32, i32)>()),
         )
-            .prop_map(|((index, error, hw, lso, lstart), records)| {
-                FetchPartitionResponse {
-                    partition_index: index,
-                    error_code: error,
-                    high_watermark: hw,
-                    last_stable_offset: lso,
-                    log_start_offset: lstart,
-                    records: records.into_iter().map(Bytes::from).collect(),
-                }
+            .prop_map(
+                |((index, error, hw, lso, lstart), records, current_leader)| {
+                    FetchPartitionResponse {
+                        partition_index: index,
+                        error_code: error,
+                        high_watermark: hw,
+                        last_stable_offset: lso,
+                        log_start_offset: lstart,
+                        records: records.into_iter().map(Bytes::from).collect(),
+                        current_leader,
+                    }
+                },
+            );
+        let node = (
+            any::<(i32, i32)>(),
+            "[a-z.]{1,12}",
+            proptest::option::of("[a-z]{1,4}"),
+        )
+            .prop_map(|((node_id, port), host, rack)| NodeEndpoint {
+                node_id,
+                host,
+                port,
+                rack,
             });
         let topic = (
             "[a-z]{1,12}",
@@ -153,13 +222,17 @@ mod tests {
         (
             any::<(i32, i16, i32)>(),
             proptest::collection::vec(topic, 0..4),
+            proptest::collection::vec(node, 0..3),
         )
-            .prop_map(|((throttle, error, session), topics)| FetchResponse {
-                throttle_time_ms: throttle,
-                error_code: error,
-                session_id: session,
-                topics,
-                memory: Default::default(),
+            .prop_map(|((throttle, error, session), topics, node_endpoints)| {
+                FetchResponse {
+                    throttle_time_ms: throttle,
+                    error_code: error,
+                    session_id: session,
+                    topics,
+                    node_endpoints,
+                    memory: Default::default(),
+                }
             })
     }
 
@@ -186,7 +259,17 @@ mod tests {
                 prop_assert_eq!(theirs.error_code, response.error_code);
                 prop_assert_eq!(theirs.session_id, response.session_id);
             }
-            prop_assert!(theirs.node_endpoints.is_empty());
+            if version >= 16 {
+                prop_assert_eq!(theirs.node_endpoints.len(), response.node_endpoints.len());
+                for (t, o) in theirs.node_endpoints.iter().zip(&response.node_endpoints) {
+                    prop_assert_eq!(t.node_id.0, o.node_id);
+                    prop_assert_eq!(t.host.as_str(), o.host.as_str());
+                    prop_assert_eq!(t.port, o.port);
+                    prop_assert_eq!(t.rack.as_ref().map(|r| r.as_str()), o.rack.as_deref());
+                }
+            } else {
+                prop_assert!(theirs.node_endpoints.is_empty());
+            }
             prop_assert_eq!(theirs.responses.len(), response.topics.len());
             for (their_topic, our_topic) in theirs.responses.iter().zip(&response.topics) {
                 if version >= 13 {
@@ -207,13 +290,18 @@ mod tests {
                     prop_assert_eq!(theirs.preferred_read_replica.0, -1);
                     let records: Vec<u8> = ours.records.concat();
                     prop_assert_eq!(theirs.records.as_deref(), Some(&records[..]));
+                    let leader = (theirs.current_leader.leader_id.0, theirs.current_leader.leader_epoch);
+                    match ours.current_leader {
+                        Some(ours) if version >= 12 => prop_assert_eq!(leader, ours),
+                        _ => prop_assert_eq!(leader, (-1, -1)),
+                    }
                 }
             }
         }
     }
 
     #[test]
-    fn no_tagged_fields_are_written() {
+    fn no_tagged_fields_are_written_without_a_value() {
         // v12, one topic "t" with one empty partition: every tag section must be a single 0.
         let response = FetchResponse {
             topics: vec![FetchTopicResponse {

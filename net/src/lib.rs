@@ -37,7 +37,7 @@ mod wire;
 
 pub use api::{Request, Response};
 pub use budget::{HeldMemory, MemoryBudget, MemoryPermit};
-pub use fetch::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
+pub use fetch::{FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint};
 pub use kafka_protocol;
 pub use produce::{Acks, ProducePartition, ProduceRequest, ProduceTopic};
 pub use request::{DecodeError, decode_request, encode_request};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use net::kafka_protocol::ResponseError;
 use net::kafka_protocol::messages::FetchRequest;
 use net::kafka_protocol::protocol::StrBytes;
-use net::{FetchPartitionResponse, FetchResponse, FetchTopicResponse};
+use net::{FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint};
 use net::{HeldMemory, MemoryPermit};
 use uuid::Uuid;
 
@@ -135,7 +135,45 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
     }
     let mut response = respond(topics, fetched, max_bytes);
     response.memory = HeldMemory::new(memory);
+    tell_leaders(&mut response, &shard.metadata());
     response
+}
+
+/// KIP-951: each partition this node does not lead (or was asked of at another epoch) names its
+/// leader and epoch, and the response says how to reach those leaders.
+fn tell_leaders(response: &mut FetchResponse, metadata: &model::ClusterMetadata) {
+    let redirects = [
+        ResponseError::NotLeaderOrFollower.code(),
+        ResponseError::FencedLeaderEpoch.code(),
+    ];
+    let mut leaders = std::collections::BTreeSet::new();
+    for topic in &mut response.topics {
+        let Some(meta) = metadata
+            .topic_by_id(model::TopicId(topic.topic_id))
+            .or_else(|| metadata.topics.get(topic.name.as_str()))
+        else {
+            continue;
+        };
+        for p in &mut topic.partitions {
+            let leader = meta
+                .partition(p.partition_index)
+                .and_then(|s| Some((s.leader?, s.leader_epoch)));
+            if let (true, Some((node, epoch))) = (redirects.contains(&p.error_code), leader) {
+                p.current_leader = Some((node.0, epoch.0));
+                leaders.insert(node);
+            }
+        }
+    }
+    response.node_endpoints = leaders
+        .into_iter()
+        .filter_map(|id| metadata.brokers.get(&id).filter(|b| !b.fenced))
+        .map(|b| NodeEndpoint {
+            node_id: b.id.0,
+            host: b.host.clone(),
+            port: i32::from(b.port),
+            rack: b.rack.clone(),
+        })
+        .collect();
 }
 
 /// Reads every wanted partition: from memory first, then from disk where the fetch memory
@@ -343,6 +381,7 @@ fn respond(topics: Vec<TopicShape>, fetched: Vec<Fetched>, max_bytes: usize) -> 
                         last_stable_offset: f.high_watermark,
                         log_start_offset: f.log_start_offset,
                         records,
+                        current_leader: None,
                     }
                 })
                 .collect(),
@@ -353,6 +392,7 @@ fn respond(topics: Vec<TopicShape>, fetched: Vec<Fetched>, max_bytes: usize) -> 
         error_code: 0,
         session_id: 0,
         topics,
+        node_endpoints: Vec::new(),
         memory: HeldMemory::default(),
     }
 }
