@@ -59,12 +59,14 @@
 //! - [`brokers`]: the active controller's broker sessions, and the commands that fence a
 //!   broker (moving its leaderships first) or bring it back.
 //! - [`quorum`]: `Quorum`, its config, events and actions.
-//! - [`wire`]: the node-to-node frames (FlatBuffers, `schema/fbs/controller.fbs`).
+//! - [`wire`]: the Raft frames between voters (FlatBuffers, `schema/fbs/controller.fbs`).
+//! - [`envelope`]: every frame on the cluster listener (`schema/fbs/cluster.fbs`), Raft's inside.
 //! - [`types`]: terms, log indexes and the plain records the host persists.
 //! - `log_store`: the in-memory log behind raft-rs's `Storage`, bounded by the snapshots.
 //! - `logger`: raft-rs's slog records forwarded to tracing.
 
 pub mod brokers;
+pub mod envelope;
 pub mod error;
 mod log_store;
 mod logger;

@@ -16,7 +16,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
 use model::NodeId;
 
-use super::frames::{self, Frame};
+use quorum::envelope::{self as frames, Frame};
 
 /// The largest frame a node accepts (a metadata snapshot travels in one).
 pub const FRAME_BYTES_MAX: usize = 64 << 20;

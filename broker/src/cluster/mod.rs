@@ -13,7 +13,6 @@
 //! Must never: apply metadata that was not committed; answer a vote or an append before the
 //! persist that records it is synced (the quorum holds those messages until `Persisted`).
 
-mod frames;
 mod link;
 mod preflight;
 mod raft_disk;
@@ -26,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_channel::oneshot;
-use model::{BrokerRegistration, ClusterMetadata, Command, NodeId};
+use model::{Applied, BrokerRegistration, ClusterMetadata, Command, NodeId};
 use net::kafka_protocol::ResponseError;
 use quorum::brokers::{self, Heard, Sessions};
 use quorum::{Action, Event, LogEntry, Quorum};
@@ -35,10 +34,11 @@ use crate::config::{BrokerConfig, ClusterConfig};
 use crate::metadata::TopicError;
 use crate::shard::Shard;
 
-pub use frames::Outcome;
-use frames::{Committed, Frame, Heartbeat, HeartbeatReply, NotCommitted, ProposeReply};
 use link::{Peer, Replier};
 pub use preflight::{PreflightError, preflight};
+use quorum::envelope::{
+    Committed, Frame, Heartbeat, HeartbeatReply, NotCommitted, ProposeReply, Refusal,
+};
 pub use raft_disk::DiskError;
 
 /// How often the quorum is ticked (its election timeout is 10 to 20 ticks).
@@ -73,6 +73,25 @@ pub struct QuorumView {
     pub commit: Option<u64>,
     pub voters: Vec<(NodeId, Option<u64>)>,
     pub listeners: BTreeMap<NodeId, std::net::SocketAddr>,
+}
+
+/// What one committed command did, as the proposer's client is told.
+pub type Outcome = Result<Applied, TopicError>;
+
+/// A refusal as it travels between nodes, and back.
+fn to_wire(outcome: &Outcome) -> quorum::envelope::Outcome {
+    outcome.clone().map_err(|e| Refusal {
+        code: e.code.code(),
+        message: e.message,
+    })
+}
+
+fn from_wire(outcome: quorum::envelope::Outcome) -> Outcome {
+    outcome.map_err(|r| {
+        let code =
+            ResponseError::try_from_code(r.code).unwrap_or(ResponseError::UnknownServerError);
+        TopicError::new(code, r.message)
+    })
 }
 
 /// A proposal waiting for its entry to be applied.
@@ -635,7 +654,8 @@ impl Cluster {
                 if let Some(m) = &committed.metadata {
                     self.adopt(m);
                 }
-                Ok((committed.outcomes, committed.metadata_version))
+                let outcomes = committed.outcomes.into_iter().map(from_wire).collect();
+                Ok((outcomes, committed.metadata_version))
             }
             _ => Err(NotCommitted::NotController(None)),
         }
@@ -701,7 +721,7 @@ impl Cluster {
             self.propose_local(commands)
                 .await
                 .map(|(outcomes, version)| Committed {
-                    outcomes,
+                    outcomes: outcomes.iter().map(to_wire).collect(),
                     metadata_version: version,
                     metadata: (!self.voters.contains(&from)).then(|| self.metadata_bytes()),
                 })

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use model::NodeId;
 
-use super::frames::{self, Frame};
 use super::link::FRAME_BYTES_MAX;
 use crate::config::ClusterConfig;
+use quorum::envelope::{self as frames, Frame};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(3);

@@ -1,17 +1,27 @@
 //! The frames nodes send each other on the cluster listener (`schema/fbs/cluster.fbs`), as plain
-//! Rust values. Decoding trusts nothing: the FlatBuffers verifier bounds the frame before any
-//! field is read, and every record inside is decoded (and verified) by `model::record`.
+//! Rust values: the envelope around the quorum's own Raft frames ([`crate::wire`]) and the
+//! broker-to-controller requests (heartbeats, forwarded proposals, metadata). IO-free like the
+//! rest of the crate, so the fuzzer and the simulator can use it. Decoding trusts nothing: the
+//! FlatBuffers verifier bounds the frame before any field is read, and every record inside is
+//! decoded (and verified) by `model::record`.
 
 use bytes::Bytes;
 use flatbuffers::{FlatBufferBuilder, VerifierOptions, WIPOffset};
 use model::{Applied, BrokerRegistration, Command, NodeId};
-use net::kafka_protocol::ResponseError;
 use schema::cluster as fb;
 
-use crate::metadata::TopicError;
+/// Why the active controller refused a command: a Kafka error code and a message for the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: i16,
+    pub message: String,
+}
 
 /// What one committed command did: applied, or refused and why.
-pub type Outcome = Result<Applied, TopicError>;
+pub type Outcome = Result<Applied, Refusal>;
+
+/// The Kafka error code a refusal without one travels as (UNKNOWN_SERVER_ERROR).
+const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
@@ -218,7 +228,7 @@ fn encode_propose_reply<'b>(
                         Ok(Applied::Unchanged) => (false, 0, None, 0),
                         Ok(Applied::Changed) => (true, 0, None, 0),
                         Ok(Applied::ProducerIdBlock(block)) => (true, *block, None, 0),
-                        Err(e) => (false, 0, Some(e.message.as_str()), e.code.code()),
+                        Err(e) => (false, 0, Some(e.message.as_str()), e.code),
                     };
                     let refused = refused.map(|s| b.create_string(s));
                     fb::Outcome::create(
@@ -325,11 +335,13 @@ fn decode_propose_reply(r: &fb::ProposeReply<'_>) -> ProposeReply {
                         (0, true) => Applied::Changed,
                         (block, _) => Applied::ProducerIdBlock(block),
                     }),
-                    Some(why) => Err(TopicError::new(
-                        ResponseError::try_from_code(o.error_code())
-                            .unwrap_or(ResponseError::UnknownServerError),
-                        why,
-                    )),
+                    Some(why) => Err(Refusal {
+                        code: match o.error_code() {
+                            0 => UNKNOWN_SERVER_ERROR,
+                            code => code,
+                        },
+                        message: why.to_owned(),
+                    }),
                 })
                 .collect(),
             metadata_version: r.metadata_version(),
@@ -404,7 +416,10 @@ mod tests {
                         Ok(Applied::ProducerIdBlock(5)),
                         Ok(Applied::Unchanged),
                         Ok(Applied::Changed),
-                        Err(TopicError::new(ResponseError::TopicAlreadyExists, "exists")),
+                        Err(Refusal {
+                            code: 36,
+                            message: "exists".into(),
+                        }),
                     ],
                     metadata_version: 12,
                     metadata: None,
