@@ -513,7 +513,7 @@ mod tests {
             codec in proptest::sample::select(CODECS.to_vec()),
         ) {
             let batch = build(codec, &samples);
-            let decoded = decode_batches(&batch).unwrap();
+            let decoded = decode_batches(&batch, 16 << 20).unwrap();
             prop_assert_eq!(decoded.len(), samples.len());
             for (i, (got, sent)) in decoded.iter().zip(&samples).enumerate() {
                 prop_assert_eq!(got.offset, i as i64);

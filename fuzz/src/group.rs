@@ -17,11 +17,12 @@ mod fuzzing {
     use super::records::{Record, record_set};
 
     /// Replays an offsets log's bytes as the coordinator does on opening (`replay`): batches
-    /// decoded by `net::client::batch::decode_batches`, then each record's key and value.
+    /// decoded by `net::client::batch::decode_batches` (compressed ones to at most
+    /// `decompressed_bytes_max` in all), then each record's key and value.
     /// A record that decodes must be written back by the coordinator's own path (`encode`,
     /// `record_set`) as a batch that replays to the same record.
-    pub fn check_offsets_log(log: &bytes::Bytes) {
-        let Ok(consumed) = net::client::batch::decode_batches(log) else {
+    pub fn check_offsets_log(log: &bytes::Bytes, decompressed_bytes_max: usize) {
+        let Ok(consumed) = net::client::batch::decode_batches(log, decompressed_bytes_max) else {
             return;
         };
         for record in consumed {
@@ -31,7 +32,7 @@ mod fuzzing {
             };
             let set = record_set(&[decoded.encode()], 0, usize::MAX)
                 .expect("a decoded record is written back");
-            let replayed = net::client::batch::decode_batches(&set.freeze())
+            let replayed = net::client::batch::decode_batches(&set.freeze(), 0)
                 .expect("the coordinator's batch decodes");
             assert_eq!(replayed.len(), 1);
             let again = Record::decode(replayed[0].key.as_deref(), replayed[0].value.as_deref())

@@ -15,12 +15,14 @@ pub enum WireError {
     },
     #[error("invalid length {length}")]
     InvalidLength { length: i64 },
-    #[error("varint longer than 5 bytes")]
+    #[error("varint longer than its type allows (5 bytes, 10 for a varlong)")]
     VarintTooLong,
     #[error("string is not UTF-8")]
     NotUtf8,
     #[error("null where a value is required")]
     UnexpectedNull,
+    #[error("tagged field {tag}: its content does not match its size of {size_bytes} bytes")]
+    TaggedFieldSize { tag: u32, size_bytes: usize },
 }
 
 fn need<B: Buf>(buf: &B, needed_bytes: usize) -> Result<(), WireError> {
@@ -57,6 +59,26 @@ pub fn read_unsigned_varint<B: Buf>(buf: &mut B) -> Result<u32, WireError> {
         value |= u32::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
             return Ok(value);
+        }
+    }
+    Err(WireError::VarintTooLong)
+}
+
+/// A signed varint (zigzag), as records in a v2 batch carry their lengths and counts.
+pub fn read_varint<B: Buf>(buf: &mut B) -> Result<i32, WireError> {
+    let zigzag = read_unsigned_varint(buf)?;
+    Ok((zigzag >> 1) as i32 ^ -((zigzag & 1) as i32))
+}
+
+/// A signed varlong (zigzag), as a record carries its timestamp delta: at most ten bytes.
+pub fn read_varlong<B: Buf>(buf: &mut B) -> Result<i64, WireError> {
+    let mut zigzag: u64 = 0;
+    for i in 0..10 {
+        need(buf, 1)?;
+        let byte = buf.get_u8();
+        zigzag |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok((zigzag >> 1) as i64 ^ -((zigzag & 1) as i64));
         }
     }
     Err(WireError::VarintTooLong)
@@ -217,6 +239,23 @@ mod tests {
             put_unsigned_varint(&mut buf, value);
             let mut read = buf.freeze();
             prop_assert_eq!(read_unsigned_varint(&mut read).unwrap(), value);
+            prop_assert_eq!(read.remaining(), 0);
+        }
+
+        #[test]
+        fn signed_varints_read_as_kafka_writes_them(value: i32, long: i64) {
+            let mut buf = BytesMut::new();
+            put_unsigned_varint(&mut buf, ((value << 1) ^ (value >> 31)) as u32);
+            let zigzag = ((long << 1) ^ (long >> 63)) as u64;
+            let mut rest = zigzag;
+            while rest >= 0x80 {
+                buf.put_u8(rest as u8 | 0x80);
+                rest >>= 7;
+            }
+            buf.put_u8(rest as u8);
+            let mut read = buf.freeze();
+            prop_assert_eq!(read_varint(&mut read).unwrap(), value);
+            prop_assert_eq!(read_varlong(&mut read).unwrap(), long);
             prop_assert_eq!(read.remaining(), 0);
         }
 

@@ -284,7 +284,7 @@ async fn produce_and_fetch(client: &mut Client, topic: &str, partition: i32) {
             .await
             .unwrap();
         assert!(fetched.high_watermark >= end);
-        let batch_records = decode_batches(&fetched.records).unwrap();
+        let batch_records = decode_batches(&fetched.records, 16 << 20).unwrap();
         let fresh: Vec<_> = batch_records
             .into_iter()
             .filter(|r| r.offset >= offset)

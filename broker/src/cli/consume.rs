@@ -94,6 +94,10 @@ impl AssignorArg {
 
 /// The most one partition's fetch returns.
 const PARTITION_BYTES_MAX: i32 = 1024 * 1024;
+/// What the compressed batches of one partition's fetch may decompress to: far more than
+/// producers' codecs make of a fetch's worth, and still a bound on what a broker's bytes can
+/// make this process hold.
+const FETCH_DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
 /// How long the broker may hold a fetch for new records, when one request covers every
 /// partition read: new records then show at once.
 const LONG_POLL_MS: i32 = 500;
@@ -399,7 +403,8 @@ impl Reader<'_> {
             }
         };
         self.failing_since = None;
-        let records = decode_batches(&fetched.records)?;
+        let records = decode_batches(&fetched.records, FETCH_DECOMPRESSED_BYTES_MAX)
+            .map_err(ClientError::from)?;
         // A fetch starts at the batch holding the offset asked for.
         let from = position.next;
         let mut progressed = false;

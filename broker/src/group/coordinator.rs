@@ -46,6 +46,9 @@ use super::records::{self, EncodedRecord, OffsetKey, Record};
 
 /// How much of the log one read of the replay asks for.
 const REPLAY_READ_BYTES: usize = 1 << 20;
+/// What a batch of the offsets log may decompress to. The coordinator writes its batches
+/// uncompressed, each within one read; a compressed one is not its own, and is held to that.
+const REPLAY_DECOMPRESSED_BYTES_MAX: usize = REPLAY_READ_BYTES;
 
 /// Why a coordinator could not open, or a snapshot failed.
 #[derive(Debug, Error)]
@@ -766,8 +769,8 @@ async fn replay(log: &Log, now_ms: i64) -> Result<HashMap<String, Group>, GroupE
             let corrupt = |offset: i64, reason: String| GroupError::Corrupt { offset, reason };
             let header =
                 storage::BatchHeader::parse(&batch).map_err(|e| corrupt(offset, e.to_string()))?;
-            let consumed =
-                decode_batches(&batch).map_err(|e| corrupt(header.base_offset, e.to_string()))?;
+            let consumed = decode_batches(&batch, REPLAY_DECOMPRESSED_BYTES_MAX)
+                .map_err(|e| corrupt(header.base_offset, e.to_string()))?;
             for record in consumed {
                 let decoded = Record::decode(record.key.as_deref(), record.value.as_deref())
                     .map_err(|e| corrupt(record.offset, e.to_string()))?;

@@ -234,7 +234,7 @@ mod tests {
     }
 
     fn read_back(set: &BytesMut) -> Vec<Record> {
-        decode_batches(&set.clone().freeze())
+        decode_batches(&set.clone().freeze(), 0)
             .unwrap()
             .iter()
             .map(|r| {

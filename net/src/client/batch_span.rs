@@ -13,7 +13,7 @@ pub fn next_offset_after(records: &[u8]) -> Result<Option<i64>, ClientError> {
     let mut rest = records;
     while let Some(batch_bytes) = complete_batch_len(rest)? {
         if rest[MAGIC_AT] as i8 != MAGIC {
-            return Err(bad_batch(format!("magic {}", rest[MAGIC_AT])));
+            return Err(bad_batch(format!("magic {}", rest[MAGIC_AT])).into());
         }
         let mut base = [0; 8];
         base.copy_from_slice(&rest[..8]);
@@ -72,7 +72,7 @@ mod tests {
         let mut marker = BytesMut::from(&batch(7, 1)[..]);
         marker[22] |= 1 << 5; // the control bit, in the low byte of the attributes
         let marker = marker.freeze();
-        assert!(decode_batches(&marker).unwrap().is_empty());
+        assert!(decode_batches(&marker, 0).unwrap().is_empty());
         assert_eq!(next_offset_after(&marker).unwrap(), Some(8));
     }
 

@@ -3,6 +3,7 @@
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::ApiKey;
 
+use super::batch::BatchError;
 use crate::frame::FrameError;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,8 @@ pub enum ClientError {
     Broken { addr: String, reason: String },
     #[error("connection to {addr}: {source}")]
     Frame { addr: String, source: FrameError },
+    #[error("malformed record batch: {0}")]
+    Batch(#[from] BatchError),
     #[error("{0}")]
     Usage(String),
 }

@@ -5,7 +5,9 @@
 //!   [`Connection::send`] over `kafka-protocol` request types.
 //! - [`Client`]: a cluster from a bootstrap address; metadata, admin calls, group offsets,
 //!   produce of ready batches and fetch, routed to leaders and coordinators.
-//! - [`batch`]: v2 record batches, built (with compression) and decoded.
+//! - [`batch`]: v2 record batches, built (with compression) and decoded (decompressed within a
+//!   limit by `decompress`, counts checked by `record_walk` first: batches are read back from
+//!   disk by the broker's group coordinator too).
 //! - [`GroupMember`]: a classic consumer group member; [`assignor`] and [`consumer_protocol`]
 //!   are its leader's assignors and the bytes members exchange; [`batch_span`] tells a consumer
 //!   where the fetched batches end.
@@ -21,9 +23,11 @@ pub mod batch_span;
 mod cluster;
 mod connection;
 pub mod consumer_protocol;
+mod decompress;
 mod error;
 mod group;
 pub mod partitioner;
+mod record_walk;
 
 pub use cluster::{
     BrokerInfo, Client, ClusterMetadata, CommittedOffset, ConfigChange, ConfigEntry,
