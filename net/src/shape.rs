@@ -8,20 +8,25 @@
 //! bodies through whose arrays fit in the frame: at least one byte per element, so no array can
 //! ask for more elements than the frame has bytes.
 //!
-//! The layouts list positional fields only; tagged fields carry their own size and are skipped
-//! whole. The tests check every layout against `kafka-protocol`'s own encoder and decoder, for
-//! every version we accept.
+//! Tagged fields carry their own size and are skipped whole, except the few `kafka-protocol`
+//! knows (Fetch's): it reads those from their content, whatever their size says, so the walk
+//! reads their content too and refuses one that does not fill its size exactly (else the walk
+//! and the decoder would part ways, and the counts checked would not be the ones decoded). The
+//! tests check every layout against `kafka-protocol`'s own encoder and decoder, for every
+//! version we accept.
 
 use kafka_protocol::messages::ApiKey;
 
 use crate::wire::{self, LengthPrefix, WireError};
 
-/// One positional field of a request, present in versions `min..=max`.
+/// One field of a request, present in versions `min..=max`: positional, or tagged.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Field {
     min: i16,
     max: i16,
     kind: Kind,
+    /// The tag of a tagged field `kafka-protocol` decodes (rather than keeping its bytes).
+    tag: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +43,8 @@ pub(crate) enum Kind {
     Fixeds(usize),
     /// An array of structs (each with a tagged-field section in flexible versions).
     Structs(&'static [Field]),
+    /// One struct (with a tagged-field section).
+    Struct(&'static [Field]),
 }
 
 /// A request body's layout.
@@ -52,7 +59,22 @@ const ALL: i16 = i16::MAX;
 const NONE: i16 = i16::MAX;
 
 const fn field(min: i16, max: i16, kind: Kind) -> Field {
-    Field { min, max, kind }
+    Field {
+        min,
+        max,
+        kind,
+        tag: None,
+    }
+}
+
+/// A tagged field `kafka-protocol` decodes, from version `min` on.
+const fn tagged(tag: u32, min: i16, kind: Kind) -> Field {
+    Field {
+        min,
+        max: ALL,
+        kind,
+        tag: Some(tag),
+    }
 }
 
 const fn all(kind: Kind) -> Field {
@@ -86,12 +108,14 @@ const FETCH: Layout = Layout {
             field(0, 12, STR), // topic
             from(13, UUID),    // topic id
             all(Kind::Structs(&[
-                all(I32),      // partition
-                from(9, I32),  // current leader epoch
-                all(I64),      // fetch offset
-                from(12, I32), // last fetched epoch
-                from(5, I64),  // log start offset
-                all(I32),      // partition max bytes
+                all(I32),            // partition
+                from(9, I32),        // current leader epoch
+                all(I64),            // fetch offset
+                from(12, I32),       // last fetched epoch
+                from(5, I64),        // log start offset
+                all(I32),            // partition max bytes
+                tagged(0, 17, UUID), // replica directory id
+                tagged(1, 18, I64),  // high watermark
             ])),
         ])),
         from(
@@ -102,7 +126,9 @@ const FETCH: Layout = Layout {
                 from(7, I32S),     // partitions
             ]),
         ),
-        from(11, STR), // rack id
+        from(11, STR),                                      // rack id
+        tagged(0, 12, STR),                                 // cluster id
+        tagged(1, 15, Kind::Struct(&[all(I32), all(I64)])), // replica state: id, epoch
     ],
 };
 
@@ -435,11 +461,40 @@ fn walk_struct(
     version: i16,
     flexible: bool,
 ) -> Result<(), WireError> {
-    for field in fields.iter().filter(|f| f.present_in(version)) {
+    for field in fields
+        .iter()
+        .filter(|f| f.tag.is_none() && f.present_in(version))
+    {
         walk_kind(buf, field.kind, version, flexible)?;
     }
     if flexible {
-        wire::skip_tagged_fields(buf)?;
+        walk_tagged_fields(buf, fields, version)?;
+    }
+    Ok(())
+}
+
+/// A tagged-field section: a tag `kafka-protocol` decodes must fill its size exactly; the
+/// others are skipped by their size.
+fn walk_tagged_fields(buf: &mut &[u8], fields: &[Field], version: i16) -> Result<(), WireError> {
+    let count = wire::read_unsigned_varint(buf)?;
+    for _ in 0..count {
+        let tag = wire::read_unsigned_varint(buf)?;
+        let size_bytes = wire::read_unsigned_varint(buf)? as usize;
+        let mut content = *buf;
+        wire::skip(buf, size_bytes)?;
+        content = &content[..size_bytes];
+        let known = fields
+            .iter()
+            .find(|f| f.tag == Some(tag) && f.present_in(version));
+        if let Some(field) = known {
+            let size_differs = WireError::TaggedFieldSize { tag, size_bytes };
+            match walk_kind(&mut content, field.kind, version, true) {
+                Err(WireError::Truncated { .. }) => return Err(size_differs),
+                Err(e) => return Err(e),
+                Ok(()) if !content.is_empty() => return Err(size_differs),
+                Ok(()) => {}
+            }
+        }
     }
     Ok(())
 }
@@ -468,6 +523,7 @@ fn walk_kind(buf: &mut &[u8], kind: Kind, version: i16, flexible: bool) -> Resul
             }
             Ok(())
         }
+        Kind::Struct(fields) => walk_struct(buf, fields, version, flexible),
     }
 }
 
@@ -490,6 +546,7 @@ impl Field {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Request;
     use crate::request::{decode_request, encode_request};
     use crate::versions::SUPPORTED_APIS;
     use bytes::{BufMut, BytesMut};
@@ -511,7 +568,10 @@ mod tests {
 
     /// Random bytes following `fields`: what a client could send.
     fn generate(rng: &mut Rng, fields: &[Field], version: i16, flexible: bool, out: &mut BytesMut) {
-        for field in fields.iter().filter(|f| f.present_in(version)) {
+        for field in fields
+            .iter()
+            .filter(|f| f.tag.is_none() && f.present_in(version))
+        {
             generate_kind(rng, field.kind(), version, flexible, out);
         }
         if flexible {
@@ -550,6 +610,7 @@ mod tests {
                 put_len(out, LengthPrefix::sequence(flexible), count);
                 (0..count).for_each(|_| generate(rng, fields, version, flexible, out));
             }
+            Kind::Struct(fields) => generate(rng, fields, version, flexible, out),
         }
     }
 
@@ -617,6 +678,73 @@ mod tests {
         // The same in a flexible version, as a compact array.
         let body = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
         assert!(METADATA.check(&body, 12).is_err());
+    }
+
+    /// Found by the `request` fuzz target: a Fetch v17 frame of 160 bytes that made
+    /// `kafka-protocol` reserve room for thousands of forgotten topics (280 KB). A partition's
+    /// tagged field 0 (its replica directory id, a UUID) said it was one size and held
+    /// another: the walk skipped it by its size, `kafka-protocol` read sixteen bytes, and from
+    /// there on it read counts the walk had never checked.
+    #[test]
+    fn a_known_tagged_field_must_fill_its_size() {
+        let found: [u8; 160] = [
+            0x00, 0x01, 0x00, 0x11, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x07, 0x72, 0x64, 0x6b, 0x61,
+            0x66, 0x6b, 0x61, 0x00, 0x00, 0x00, 0x01, 0xf4, 0x00, 0x00, 0x00, 0x01, 0x03, 0x20,
+            0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x02, 0xe2, 0x07,
+            0x8d, 0x8f, 0x45, 0x8e, 0x17, 0x00, 0x00, 0x00, 0x01, 0xb4, 0x00, 0x00, 0x00, 0x01,
+            0x03, 0x20, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x1f, 0x00, 0xff, 0xff, 0xff, 0x02,
+            0xe2, 0x07, 0x8f, 0x45, 0x8e, 0x17, 0x00, 0x00, 0x00, 0x01, 0xb4, 0x00, 0x00, 0x00,
+            0x01, 0x03, 0x20, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0xff, 0x00, 0xff, 0xff, 0xff,
+            0x02, 0xe2, 0x07, 0x8d, 0x8f, 0x8e, 0x17, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x45, 0xf2, 0xad, 0x70, 0x00, 0x48, 0x00, 0x0f, 0x00, 0x01, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x8e, 0x17, 0x00, 0x00, 0x00, 0x01, 0xb4, 0x00, 0x00, 0x72, 0x64, 0x4b,
+            0x61, 0x00, 0x66, 0x00, 0x06, 0xfa,
+        ];
+        // Key, version, correlation id, client id "rdkafka", no tagged fields.
+        let header_len = 10 + usize::from(u16::from_be_bytes([found[8], found[9]])) + 1;
+        assert_eq!(&found[..4], &[0, 1, 0, 17], "Fetch v17");
+        assert_eq!(found[header_len - 1], 0);
+        assert!(matches!(
+            FETCH.check(&found[header_len..], 17),
+            Err(WireError::TaggedFieldSize { tag: 0, .. })
+        ));
+        assert!(decode_request(BytesMut::from(&found[..])).is_err());
+
+        // One topic (a UUID) with one partition whose tagged field 0 holds a UUID: refused with
+        // any size but sixteen.
+        let fetch_v17 = |size: u8| {
+            let mut body = vec![0; 4 * 3 + 1 + 4 * 2]; // max wait, min/max bytes, isolation, session
+            body.push(2); // one topic
+            body.extend([7; 16]); // topic id
+            body.push(2); // one partition
+            body.extend([0; 4 + 4 + 8 + 4 + 8 + 4]); // partition .. partition max bytes
+            body.extend([1, 0, size]); // one tagged field: tag 0, its size
+            body.extend([9; 16]); // the replica directory id
+            body.push(0); // the topic's tagged fields
+            body.extend([1, 1, 0]); // no forgotten topics, rack id "", no tagged fields
+            body
+        };
+        assert!(FETCH.check(&fetch_v17(16), 17).is_ok());
+        for size in [0, 1, 15, 17] {
+            let body = fetch_v17(size);
+            let result = FETCH.check(&body, 17);
+            assert!(
+                matches!(result, Err(WireError::TaggedFieldSize { tag: 0, .. })),
+                "size {size}: {result:?}"
+            );
+        }
+        let (header, mut frame) = header_bytes(ApiKey::Fetch, 17);
+        frame.extend_from_slice(&fetch_v17(16));
+        let (_, request) = decode_request(frame).unwrap();
+        let Request::Fetch(fetch) = request else {
+            panic!("{request:?}")
+        };
+        assert_eq!(header.request_api_version, 17);
+        assert_eq!(
+            fetch.topics[0].partitions[0].replica_directory_id,
+            uuid::Uuid::from_bytes([9; 16])
+        );
     }
 
     #[test]
