@@ -309,7 +309,8 @@ pub struct ReadRange {
 
 /// Reads whole batches from a segment file, the first being the one that holds `offset`: at
 /// least one, then more while they fit in `max_bytes`, none ending past `upper_bound` or reaching
-/// past `readable_bytes`. Each batch is CRC-checked: a corrupt one is reported, never served.
+/// past `readable_bytes`. Each batch is CRC-checked: a corrupt one is never served; it ends the
+/// read, and is reported when it would be the first batch.
 /// `prefetched`, if given, holds the file's bytes from `range.start` on (read ahead earlier).
 pub async fn read_batches(
     file: &SegmentFile,
@@ -344,12 +345,14 @@ pub async fn read_batches(
             .saturating_add(64 << 10)
             .min(range.read_bytes_max) as u64;
         let read_len = |needed: usize| (needed as u64).max(ahead).min(range.readable_bytes - pos);
-        let header = BatchHeader::parse(
-            window
-                .cover(file, pos, HEADER_BYTES, read_len(HEADER_BYTES))
-                .await?,
-        )
-        .map_err(|e| corrupt(pos, e))?;
+        let header = match window
+            .cover(file, pos, HEADER_BYTES, read_len(HEADER_BYTES))
+            .await
+            .and_then(|bytes| BatchHeader::parse(bytes).map_err(|e| corrupt(pos, e)))
+        {
+            Ok(header) => header,
+            Err(e) => return served_before(out, pos, e),
+        };
         let size = header.size_bytes();
         if pos + size as u64 > range.readable_bytes {
             // Not all written yet: the rest is served from the cache.
@@ -364,13 +367,33 @@ pub async fn read_batches(
         {
             return Ok(done(out));
         }
-        window.cover(file, pos, size, read_len(size)).await?;
+        if let Err(e) = window.cover(file, pos, size, read_len(size)).await {
+            return served_before(out, pos, e);
+        }
         let bytes = window.slice(pos, size);
-        batch::validate(&bytes, usize::MAX).map_err(|e| corrupt(pos, e))?;
+        if let Err(e) = batch::validate(&bytes, usize::MAX) {
+            return served_before(out, pos, corrupt(pos, e));
+        }
         out.push(bytes);
         wanted = header.next_offset();
         total += size;
         pos += size as u64;
+    }
+}
+
+/// How a read that meets a corrupt batch at `pos` ends: with the batches before it, if there
+/// are any (the next read starts at the corrupt one, and reports it), else with the error. A
+/// read must not drop good batches for a bad one after them: what it served would then depend
+/// on how far it was allowed to read (the log's end), and a recovered log would serve less
+/// after an append than before.
+fn served_before(
+    batches: Vec<Bytes>,
+    pos: u64,
+    error: ReadError,
+) -> Result<ReadBatches, ReadError> {
+    match error {
+        ReadError::Corrupt { .. } if !batches.is_empty() => Ok(ReadBatches { batches, end: pos }),
+        error => Err(error),
     }
 }
 
