@@ -8,6 +8,7 @@
 //! see scripts/fuzz.)
 
 use std::alloc::System;
+use std::sync::Once;
 
 use cap::Cap;
 
@@ -16,6 +17,16 @@ static ALLOCATOR: Cap<System> = Cap::new(System, usize::MAX);
 
 /// Runs `f`, allowing it to hold at most `budget_bytes` more memory than was allocated before.
 pub fn within_memory<T>(budget_bytes: usize, f: impl FnOnce() -> T) -> T {
+    // A panic inside lifts the limit before it is reported: printing the message and the
+    // backtrace allocates, and failing there turns a crash into a hang.
+    static LIFT_ON_PANIC: Once = Once::new();
+    LIFT_ON_PANIC.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = ALLOCATOR.set_limit(usize::MAX);
+            report(info);
+        }));
+    });
     let before = ALLOCATOR.allocated();
     // Cannot fail: the limit is above what is allocated.
     let _ = ALLOCATOR.set_limit(before.saturating_add(budget_bytes));
