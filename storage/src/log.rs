@@ -491,7 +491,14 @@ impl Log {
                     segment.start_position(offset),
                     readable,
                     state.generation,
-                    upper,
+                    // A segment serves its own offsets only: a damaged sealed segment (kept
+                    // whole by recovery) may hold batches past its end, which are the next
+                    // segment's offsets.
+                    if is_active {
+                        upper
+                    } else {
+                        upper.min(segment.next_offset)
+                    },
                     segment.base_offset,
                 )
             };

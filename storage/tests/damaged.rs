@@ -28,15 +28,16 @@ async fn read_until_stuck(log: &Log, from: i64) -> Vec<Bytes> {
     out
 }
 
-/// Found by the fuzz target: a sealed segment with good batches, then one that reaches past the
-/// next segment's base, then garbage. Before an append, reads stopped at the log's end, before
-/// the garbage; after an append and a clean reopen the same read reached the garbage and failed
-/// whole, so the good batches before it were no longer served.
+/// Found by the fuzz target: a sealed segment with good batches, then garbage. A read that ran
+/// into the garbage failed whole, so the good batches before it were served or not depending on
+/// how far the read could go (before an append, the log's end stopped reads short of it; after
+/// one, they reached it). Now a read ends at the garbage with the batches before it, and one
+/// that starts at the garbage reports it.
 #[test]
 fn good_batches_before_damage_are_served_however_far_the_log_goes() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let (b0, b10, b20) = (batch_at(0, 10), batch_at(10, 10), batch_at(20, 11));
+        let (b0, b10, b20) = (batch_at(0, 10), batch_at(10, 10), batch_at(20, 10));
         let sealed = [&b0[..], &b10, &b20, &[0xff; 100]].concat();
         std::fs::write(dir.path().join(format!("{:020}.log", 0)), &sealed).unwrap();
         std::fs::write(dir.path().join(format!("{:020}.log", 30)), b"").unwrap();
@@ -48,29 +49,67 @@ fn good_batches_before_damage_are_served_however_far_the_log_goes() {
             },
         )
         .await;
+        let good = [&b0, &b10, &b20].map(|b| Bytes::from(b.clone()));
 
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 30);
-        // 20-30 ends past the log's end: not served yet.
-        let before = read_until_stuck(&log, 0).await;
-        assert_eq!(before, [&b0, &b10].map(|b| Bytes::from(b.clone())));
+        // A read that runs into the garbage serves what comes before it; so does one that
+        // stops short of it.
+        assert_eq!(log.read(0, 1 << 20, 30).await.unwrap(), good);
+        assert_eq!(log.read(0, 1 << 20, 25).await.unwrap(), good[..2]);
+        assert_eq!(read_until_stuck(&log, 0).await, good);
         let appended = log.append(records(3, 10, 7), 2).await.unwrap();
         assert_eq!(appended.base_offset, 30);
         log.close().await.unwrap();
 
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 33);
-        let end = log.log_end_offset();
-        // One read runs into the garbage: it serves what comes before it.
-        let read = log.read(0, 1 << 20, end).await.unwrap();
-        let good = [&b0, &b10, &b20].map(|b| Bytes::from(b.clone()));
-        assert_eq!(read, good);
-        assert!(read_until_stuck(&log, 0).await.starts_with(&before));
-        // A read from inside 20-30 serves it, and stops at the garbage.
+        assert_eq!(log.read(0, 1 << 20, 33).await.unwrap(), good);
+        // From inside 20-29: that batch, then the garbage ends the read.
+        assert_eq!(log.read(25, 1 << 20, 33).await.unwrap(), good[2..]);
         assert_eq!(
-            log.read(25, 1 << 20, end).await.unwrap(),
-            vec![Bytes::from(b20)]
+            read_until_stuck(&log, 0).await.len(),
+            4,
+            "then the appended batch"
         );
+        log.close().await.unwrap();
+    });
+}
+
+/// Found by the fuzz target: a damaged sealed segment holding a batch at the next segment's
+/// base offset (its batches went back one offset each time, so they ran past its end). Before
+/// an append the log's end stopped reads short of it; after an append, reads served it and
+/// then the appended batch: the same offset twice, the first time with a stale record.
+#[test]
+fn a_damaged_segment_never_serves_the_next_segments_offsets() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let (b0, b9, stale) = (batch_at(0, 10), batch_at(9, 11), batch_at(20, 1));
+        let sealed = [&b0[..], &b9, &stale].concat();
+        std::fs::write(dir.path().join(format!("{:020}.log", 0)), &sealed).unwrap();
+        std::fs::write(dir.path().join(format!("{:020}.log", 20)), b"").unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 0,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 20);
+        let good = [&b0, &b9].map(|b| Bytes::from(b.clone()));
+        assert_eq!(read_until_stuck(&log, 0).await, good);
+        let mut appended = records(3, 10, 7);
+        let info = log.append(appended.clone(), 2).await.unwrap();
+        assert_eq!(info.base_offset, 20);
+        batch::assign_offsets(&mut appended, 20, 2);
+        log.close().await.unwrap();
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let served = read_until_stuck(&log, 0).await;
+        assert_eq!(served, [&good[..], &[appended.freeze()]].concat());
+        assert!(!served.contains(&Bytes::from(stale)));
         log.close().await.unwrap();
     });
 }
