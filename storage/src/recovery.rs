@@ -187,6 +187,9 @@ impl ShardStorage {
                 next_segment = next,
                 "offsets are not dense across segments"
             );
+            // The next segment was started at the log's end: offsets from its base on are its
+            // own, and what this one holds there is stale. Reads stop at this segment's end.
+            segment.next_offset = segment.next_offset.min(next);
         }
         if !last && rebuilt {
             segment.seal_time_index();

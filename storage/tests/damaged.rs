@@ -113,3 +113,41 @@ fn a_damaged_segment_never_serves_the_next_segments_offsets() {
         log.close().await.unwrap();
     });
 }
+
+/// Found by the fuzz target: an undamaged sealed segment that ends past the next segment's
+/// base (0-9, then 10, with the next segment at 10). Reads served its stale 10 once the log
+/// went past 10, then the next segment's own batch at 10.
+#[test]
+fn a_sealed_segment_ending_past_the_next_ones_base_stops_there() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let (b0, stale) = (batch_at(0, 10), batch_at(10, 1));
+        std::fs::write(
+            dir.path().join(format!("{:020}.log", 0)),
+            [&b0[..], &stale].concat(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(format!("{:020}.log", 10)), b"").unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 0,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 10);
+        let mut appended = records(3, 10, 7);
+        let info = log.append(appended.clone(), 2).await.unwrap();
+        assert_eq!(info.base_offset, 10);
+        batch::assign_offsets(&mut appended, 10, 2);
+        let want = vec![Bytes::from(b0), appended.freeze()];
+        assert_eq!(read_until_stuck(&log, 0).await, want);
+        log.close().await.unwrap();
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(read_until_stuck(&log, 0).await, want);
+        log.close().await.unwrap();
+    });
+}
