@@ -131,8 +131,8 @@ impl ShardStorage {
             self.load_indexes(dir, base, file_bytes).await
         };
         let batch_bytes_max = LogConfig::SEGMENT_BYTES_LIMIT as usize;
-        let rebuilt = trusted.is_none();
-        let outcome = match trusted {
+        let mut rebuilt = trusted.is_none();
+        let mut outcome = match trusted {
             Some((offsets, times)) => {
                 segment
                     .adopt_indexes(
@@ -155,6 +155,26 @@ impl ShardStorage {
                     .await?
             }
         };
+        if !rebuilt && outcome.invalid.is_some() {
+            // The indexes said where whole batches end, and what follows there does not hold:
+            // the file is damaged, or the index lies (an entry at a wrong offset or position).
+            // Read the file whole, as if they were missing: a lying index must not choose where
+            // the log is cut, nor what its next offset is.
+            tracing::warn!(
+                segment = %path.display(),
+                "the indexes do not hold with the segment; rebuilding them"
+            );
+            segment = Segment::new(base, segment.file.clone(), now_ms());
+            outcome = segment
+                .scan(
+                    file_bytes,
+                    config.index_interval_bytes,
+                    batch_bytes_max,
+                    i64::MAX,
+                )
+                .await?;
+            rebuilt = true;
+        }
         if let Some(reason) = &outcome.invalid {
             if last {
                 tracing::warn!(

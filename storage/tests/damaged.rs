@@ -151,3 +151,60 @@ fn a_sealed_segment_ending_past_the_next_ones_base_stops_there() {
         log.close().await.unwrap();
     });
 }
+
+/// Found by the fuzz target: after a clean shutdown, an offset index whose last entry lies
+/// (offset 10 at position 0, where offset 0 is). Recovery trusted it, found the batch there out
+/// of sequence, and cut the segment at the entry: the valid batch 0-9 was lost, and the log went
+/// on at 10 in a segment that no longer started at its base, which the next recovery cut again,
+/// acknowledged appends and all.
+#[test]
+fn a_lying_index_never_chooses_where_recovery_cuts() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let (b0, out_of_sequence) = (batch_at(0, 10), batch_at(9, 10));
+        let name = format!("{:020}", 0);
+        std::fs::write(
+            dir.path().join(format!("{name}.log")),
+            [&b0[..], &out_of_sequence].concat(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(format!("{name}.index")),
+            [0, 0, 0, 10, 0, 0, 0, 0],
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(format!("{name}.timeindex")), b"").unwrap();
+        std::fs::write(dir.path().join("clean-shutdown"), b"").unwrap();
+        let shard = shard(
+            dir.path(),
+            StorageConfig {
+                cache_bytes_max: 0,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(
+            log.log_end_offset(),
+            10,
+            "cut after 0-9, at the batch out of sequence"
+        );
+        assert_eq!(
+            read_until_stuck(&log, 0).await,
+            vec![Bytes::from(b0.clone())]
+        );
+        let mut appended = records(3, 10, 7);
+        let info = log.append(appended.clone(), 2).await.unwrap();
+        assert_eq!(info.base_offset, 10);
+        batch::assign_offsets(&mut appended, 10, 2);
+        log.close().await.unwrap();
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 13);
+        assert_eq!(
+            read_until_stuck(&log, 0).await,
+            vec![Bytes::from(b0), appended.freeze()]
+        );
+        log.close().await.unwrap();
+    });
+}
