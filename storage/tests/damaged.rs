@@ -1,19 +1,45 @@
-//! Damaged sealed segments, as the recovery fuzz target (`fuzz/fuzz_targets/recovery.rs`) made
-//! them: recovery keeps such a segment whole, and reads must serve the same good batches from
-//! it however far the log goes on after it.
+//! Damaged segments and indexes, as the recovery fuzz target (`fuzz/fuzz_targets/recovery.rs`)
+//! made them: recovery makes such a directory self-consistent, so reads serve the same good
+//! batches however far the log goes on after them, and a clean close and reopen change nothing.
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 
+use std::path::Path;
+use std::rc::Rc;
+
 use bytes::Bytes;
 use common::*;
 use storage::batch::{self, BatchHeader};
-use storage::{Log, StorageConfig};
+use storage::{Log, ShardStorage, StorageConfig};
 
 fn batch_at(offset: i64, count: i32) -> Vec<u8> {
     let mut b = records(count, 10, offset).to_vec();
     batch::assign_offsets(&mut b, offset, 1);
     b
+}
+
+/// Writes the segment file of base offset `base` holding `batches`, one after the other.
+fn write_segment(dir: &Path, base: i64, batches: &[&[u8]]) {
+    std::fs::write(dir.join(format!("{base:020}.log")), batches.concat()).unwrap();
+}
+
+/// A shard whose reads all come from the files.
+async fn uncached_shard(dir: &Path) -> Rc<ShardStorage> {
+    let config = StorageConfig {
+        cache_bytes_max: 0,
+        ..small_storage_config()
+    };
+    shard(dir, config).await
+}
+
+/// Appends a batch of three records at `offset` (the log's end); returns it as the log holds it.
+async fn append_three_at(log: &Log, offset: i64) -> Bytes {
+    let mut appended = records(3, 10, 7);
+    let info = log.append(appended.clone(), 2).await.unwrap();
+    assert_eq!(info.base_offset, offset);
+    batch::assign_offsets(&mut appended, offset, 2);
+    appended.freeze()
 }
 
 /// Reads from `from` below the log's end until a read fails or brings nothing.
@@ -38,17 +64,9 @@ fn good_batches_before_damage_are_served_however_far_the_log_goes() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let (b0, b10, b20) = (batch_at(0, 10), batch_at(10, 10), batch_at(20, 10));
-        let sealed = [&b0[..], &b10, &b20, &[0xff; 100]].concat();
-        std::fs::write(dir.path().join(format!("{:020}.log", 0)), &sealed).unwrap();
-        std::fs::write(dir.path().join(format!("{:020}.log", 30)), b"").unwrap();
-        let shard = shard(
-            dir.path(),
-            StorageConfig {
-                cache_bytes_max: 0,
-                ..small_storage_config()
-            },
-        )
-        .await;
+        write_segment(dir.path(), 0, &[&b0, &b10, &b20, &[0xff; 100]]);
+        write_segment(dir.path(), 30, &[]);
+        let shard = uncached_shard(dir.path()).await;
         let good = [&b0, &b10, &b20].map(|b| Bytes::from(b.clone()));
 
         let log = open(&shard, dir.path(), small_log_config()).await;
@@ -58,8 +76,7 @@ fn good_batches_before_damage_are_served_however_far_the_log_goes() {
         assert_eq!(log.read(0, 1 << 20, 30).await.unwrap(), good);
         assert_eq!(log.read(0, 1 << 20, 25).await.unwrap(), good[..2]);
         assert_eq!(read_until_stuck(&log, 0).await, good);
-        let appended = log.append(records(3, 10, 7), 2).await.unwrap();
-        assert_eq!(appended.base_offset, 30);
+        append_three_at(&log, 30).await;
         log.close().await.unwrap();
 
         let log = open(&shard, dir.path(), small_log_config()).await;
@@ -85,30 +102,19 @@ fn a_damaged_segment_never_serves_the_next_segments_offsets() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let (b0, b9, stale) = (batch_at(0, 10), batch_at(9, 11), batch_at(20, 1));
-        let sealed = [&b0[..], &b9, &stale].concat();
-        std::fs::write(dir.path().join(format!("{:020}.log", 0)), &sealed).unwrap();
-        std::fs::write(dir.path().join(format!("{:020}.log", 20)), b"").unwrap();
-        let shard = shard(
-            dir.path(),
-            StorageConfig {
-                cache_bytes_max: 0,
-                ..small_storage_config()
-            },
-        )
-        .await;
+        write_segment(dir.path(), 0, &[&b0, &b9, &stale]);
+        write_segment(dir.path(), 20, &[]);
+        let shard = uncached_shard(dir.path()).await;
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 20);
         let good = [&b0, &b9].map(|b| Bytes::from(b.clone()));
         assert_eq!(read_until_stuck(&log, 0).await, good);
-        let mut appended = records(3, 10, 7);
-        let info = log.append(appended.clone(), 2).await.unwrap();
-        assert_eq!(info.base_offset, 20);
-        batch::assign_offsets(&mut appended, 20, 2);
+        let appended = append_three_at(&log, 20).await;
         log.close().await.unwrap();
 
         let log = open(&shard, dir.path(), small_log_config()).await;
         let served = read_until_stuck(&log, 0).await;
-        assert_eq!(served, [&good[..], &[appended.freeze()]].concat());
+        assert_eq!(served, [&good[..], &[appended]].concat());
         assert!(!served.contains(&Bytes::from(stale)));
         log.close().await.unwrap();
     });
@@ -122,27 +128,12 @@ fn a_sealed_segment_ending_past_the_next_ones_base_stops_there() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let (b0, stale) = (batch_at(0, 10), batch_at(10, 1));
-        std::fs::write(
-            dir.path().join(format!("{:020}.log", 0)),
-            [&b0[..], &stale].concat(),
-        )
-        .unwrap();
-        std::fs::write(dir.path().join(format!("{:020}.log", 10)), b"").unwrap();
-        let shard = shard(
-            dir.path(),
-            StorageConfig {
-                cache_bytes_max: 0,
-                ..small_storage_config()
-            },
-        )
-        .await;
+        write_segment(dir.path(), 0, &[&b0, &stale]);
+        write_segment(dir.path(), 10, &[]);
+        let shard = uncached_shard(dir.path()).await;
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 10);
-        let mut appended = records(3, 10, 7);
-        let info = log.append(appended.clone(), 2).await.unwrap();
-        assert_eq!(info.base_offset, 10);
-        batch::assign_offsets(&mut appended, 10, 2);
-        let want = vec![Bytes::from(b0), appended.freeze()];
+        let want = vec![Bytes::from(b0), append_three_at(&log, 10).await];
         assert_eq!(read_until_stuck(&log, 0).await, want);
         log.close().await.unwrap();
 
@@ -162,49 +153,26 @@ fn a_lying_index_never_chooses_where_recovery_cuts() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let (b0, out_of_sequence) = (batch_at(0, 10), batch_at(9, 10));
-        let name = format!("{:020}", 0);
-        std::fs::write(
-            dir.path().join(format!("{name}.log")),
-            [&b0[..], &out_of_sequence].concat(),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join(format!("{name}.index")),
-            [0, 0, 0, 10, 0, 0, 0, 0],
-        )
-        .unwrap();
-        std::fs::write(dir.path().join(format!("{name}.timeindex")), b"").unwrap();
+        write_segment(dir.path(), 0, &[&b0, &out_of_sequence]);
+        let index = |ext: &str| dir.path().join(format!("{:020}.{ext}", 0));
+        std::fs::write(index("index"), [0, 0, 0, 10, 0, 0, 0, 0]).unwrap();
+        std::fs::write(index("timeindex"), b"").unwrap();
         std::fs::write(dir.path().join("clean-shutdown"), b"").unwrap();
-        let shard = shard(
-            dir.path(),
-            StorageConfig {
-                cache_bytes_max: 0,
-                ..small_storage_config()
-            },
-        )
-        .await;
+        let shard = uncached_shard(dir.path()).await;
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(
             log.log_end_offset(),
             10,
             "cut after 0-9, at the batch out of sequence"
         );
-        assert_eq!(
-            read_until_stuck(&log, 0).await,
-            vec![Bytes::from(b0.clone())]
-        );
-        let mut appended = records(3, 10, 7);
-        let info = log.append(appended.clone(), 2).await.unwrap();
-        assert_eq!(info.base_offset, 10);
-        batch::assign_offsets(&mut appended, 10, 2);
+        let b0 = Bytes::from(b0);
+        assert_eq!(read_until_stuck(&log, 0).await, vec![b0.clone()]);
+        let appended = append_three_at(&log, 10).await;
         log.close().await.unwrap();
 
         let log = open(&shard, dir.path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 13);
-        assert_eq!(
-            read_until_stuck(&log, 0).await,
-            vec![Bytes::from(b0), appended.freeze()]
-        );
+        assert_eq!(read_until_stuck(&log, 0).await, vec![b0, appended]);
         log.close().await.unwrap();
     });
 }
