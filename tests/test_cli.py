@@ -136,5 +136,9 @@ def test_rack_and_node_id_show_in_cluster_describe(broker_factory) -> None:
     assert result.returncode == 0, result.stderr
     described = json.loads(result.stdout)
     assert described["brokers"] == [
-        {"node": 5, "host": "127.0.0.1", "port": broker.port, "rack": "rack-b", "controller": True}
+        {"node": 5, "host": "127.0.0.1", "port": broker.port, "rack": "rack-b", "fenced": False, "controller": True}
     ]
+    # A node of its own is a quorum of one, and leads it.
+    quorum = described["quorum"]
+    assert quorum["leader"] == 5 and [v["node"] for v in quorum["voters"]] == [5], quorum
+    assert quorum["voters"][0]["state"] == "leader", quorum

@@ -1,7 +1,8 @@
 //! The seeds of the `controller_frame` fuzz target (`fuzz/corpus/controller_frame/`) are frames
 //! `wire::encode` writes, one for each kind of Raft message that travels between nodes, from
-//! node 1 to node 2 of cluster "spindle" (what the target decodes as). This test keeps them so:
-//! it fails when the encoding changes under them.
+//! node 1 to node 2 of cluster "spindle" (what the target decodes as); those of `cluster_frame`
+//! (`fuzz/corpus/cluster_frame/`) are what `envelope::encode` writes, one for each kind of frame.
+//! This test keeps them so: it fails when the encoding changes under them.
 //! `SPINDLE_WRITE_FUZZ_SEEDS=1 cargo test -p controller --test fuzz_seeds` writes them again.
 #![allow(clippy::unwrap_used)]
 // test code: a panic is a failed test
@@ -11,8 +12,11 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use controller::envelope::{
+    self, Committed, Frame, Heartbeat, HeartbeatReply, NotCommitted, ProposeReply, Refusal,
+};
 use controller::wire;
-use model::NodeId;
+use model::{Applied, BrokerRegistration, Command, NodeId};
 use raft::eraftpb::{Entry, Message, MessageType};
 
 fn message(kind: MessageType) -> Message {
@@ -89,24 +93,123 @@ fn seeds() -> Vec<(&'static str, Message)> {
     ]
 }
 
+/// Writes (with SPINDLE_WRITE_FUZZ_SEEDS) or checks one seed file of `target`.
+fn keep_seed(target: &str, name: &str, bytes: Vec<u8>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let path = dir.join(name);
+    if std::env::var_os("SPINDLE_WRITE_FUZZ_SEEDS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&path).ok(),
+        Some(bytes),
+        "{} is stale: write the seeds again (see this file's comment)",
+        path.display()
+    );
+}
+
 #[test]
 fn the_fuzz_seeds_are_what_encode_writes() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/controller_frame");
-    let write = std::env::var_os("SPINDLE_WRITE_FUZZ_SEEDS").is_some();
     for (name, m) in seeds() {
         let frame = wire::encode("spindle", NodeId(1), NodeId(2), &m).unwrap();
         // Voters: nodes 0, 1 and 2.
         let decoded = wire::decode(&frame, "spindle", NodeId(2), &[1, 2, 3], 1 << 20).unwrap();
         assert_eq!(decoded.message, m, "{name}");
-        let path = dir.join(name);
-        if write {
-            std::fs::write(&path, &frame).unwrap();
-        }
-        assert_eq!(
-            std::fs::read(&path).ok(),
-            Some(frame),
-            "{} is stale: write the seeds again (see this file's comment)",
-            path.display()
-        );
+        keep_seed("controller_frame", name, frame);
+    }
+}
+
+fn cluster_seeds() -> Vec<(&'static str, Frame)> {
+    let registration = BrokerRegistration {
+        id: NodeId(2),
+        host: "127.0.0.1".into(),
+        port: 9093,
+        cluster_listener: Some("127.0.0.1:9193".into()),
+        shards: 2,
+        rack: Some("rack-a".into()),
+        fenced: false,
+    };
+    let raft = wire::encode("spindle", NodeId(1), NodeId(2), &seeds()[0].1).unwrap();
+    vec![
+        (
+            "hello",
+            Frame::Hello {
+                node: NodeId(2),
+                incarnation: 77,
+                voters: "1@127.0.0.1:9192,2@127.0.0.1:9193".into(),
+            },
+        ),
+        ("hello_reply", Frame::HelloReply { refused: None }),
+        (
+            "hello_refused",
+            Frame::HelloReply {
+                refused: Some("node id 2 is already in use".into()),
+            },
+        ),
+        ("raft", Frame::Raft(Bytes::from(raft))),
+        (
+            "heartbeat",
+            Frame::Heartbeat(Heartbeat {
+                id: 9,
+                incarnation: 77,
+                registration,
+                metadata_version: 12,
+                shutting_down: false,
+            }),
+        ),
+        (
+            "heartbeat_reply",
+            Frame::HeartbeatReply(HeartbeatReply {
+                id: 9,
+                controller: Some(NodeId(1)),
+                accepted: true,
+                refused: None,
+                fenced: false,
+                metadata: Some(Bytes::from_static(b"metadata snapshot")),
+            }),
+        ),
+        (
+            "propose",
+            Frame::Propose {
+                id: 10,
+                commands: vec![Command::TakeProducerIdBlock, Command::FenceBroker(NodeId(3))],
+            },
+        ),
+        (
+            "propose_reply",
+            Frame::ProposeReply(ProposeReply {
+                id: 10,
+                result: Ok(Committed {
+                    outcomes: vec![
+                        Ok(Applied::ProducerIdBlock(4)),
+                        Err(Refusal {
+                            code: 36,
+                            message: "topic t already exists".into(),
+                        }),
+                    ],
+                    metadata_version: 13,
+                    metadata: None,
+                }),
+            }),
+        ),
+        (
+            "propose_not_controller",
+            Frame::ProposeReply(ProposeReply {
+                id: 11,
+                result: Err(NotCommitted::NotController(Some(NodeId(3)))),
+            }),
+        ),
+        ("metadata", Frame::Metadata(Bytes::from_static(b"metadata snapshot"))),
+    ]
+}
+
+#[test]
+fn the_cluster_fuzz_seeds_are_what_encode_writes() {
+    for (name, frame) in cluster_seeds() {
+        let bytes = envelope::encode(NodeId(2), &frame);
+        let (from, decoded) = envelope::decode(&bytes, 1 << 20).unwrap();
+        assert_eq!((from, &decoded), (NodeId(2), &frame), "{name}");
+        keep_seed("cluster_frame", name, bytes);
     }
 }
