@@ -198,6 +198,11 @@ class Broker:
         ]
 
     def start(self) -> None:
+        self.spawn()
+        self.wait_serving()
+
+    def spawn(self) -> None:
+        """Starts the process without waiting for it to serve (a cluster's nodes start together)."""
         assert self.process is None or self.process.poll() is not None, "broker already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
@@ -209,7 +214,6 @@ class Broker:
             self.process = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
             )
-        self.wait_serving()
 
     def wait_serving(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

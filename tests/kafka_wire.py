@@ -3,7 +3,8 @@
 The harness uses it to tell when a broker is ready, and the tests use it where a client library
 would hide what the broker did (garbage on the socket, the error code of one Metadata topic).
 Only old, non-flexible request versions are spoken (every Kafka broker must still accept them),
-except for the flexible request header v2 that probing an unknown ApiVersions version takes.
+except for the flexible request header v2 that probing an unknown ApiVersions version takes, and
+DescribeCluster and DescribeQuorum, whose every version is flexible.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from dataclasses import dataclass
 API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
+API_CREATE_TOPICS = 19
 API_API_VERSIONS = 18
+API_DESCRIBE_QUORUM = 55
+API_DESCRIBE_CLUSTER = 60
 API_INIT_PRODUCER_ID = 22
 
 ERROR_NONE = 0
 ERROR_OFFSET_OUT_OF_RANGE = 1
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
+ERROR_NOT_LEADER_OR_FOLLOWER = 6
+ERROR_TOPIC_ALREADY_EXISTS = 36
 # Retriable: the coordinator (for InitProducerId, Kafka's producer id block) is not ready yet.
 ERROR_COORDINATOR_LOAD_IN_PROGRESS = 14
 ERROR_COORDINATOR_NOT_AVAILABLE = 15
@@ -93,6 +99,26 @@ class Reader:
         n = self.int16()
         return None if n < 0 else self.take(n).decode()
 
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise WireError("varint longer than 5 bytes")
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint() - 1
+        return None if n < 0 else self.take(n).decode()
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
     def array_len(self) -> int:
         n = self.int32()
         if n > len(self.data):
@@ -108,10 +134,24 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True)
+class PartitionInfo:
+    error_code: int
+    partition: int
+    leader: int
+    leader_epoch: int  # -1 below Metadata v7, which first carries it
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TopicInfo:
     error_code: int
     name: str
-    partition_count: int
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
 
 
 @dataclass(frozen=True)
@@ -195,14 +235,18 @@ class Connection:
                 raise WireError(f"InitProducerId v1 answered error {error}")
             time.sleep(RETRY_BACKOFF_S)
 
-    def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = True) -> MetadataResponse:
-        """Metadata v4, the first version that can ask the broker not to create topics."""
+    def metadata(
+        self, topics: list[str] | None = None, allow_auto_topic_creation: bool = True, version: int = 4
+    ) -> MetadataResponse:
+        """Metadata v4, the first version that can ask the broker not to create topics, or v7,
+        the first with each partition's leader epoch (both before the flexible versions)."""
+        assert version in (4, 7), version
         if topics is None:
             body = struct.pack(">i", -1)
         else:
             body = struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics)
         body += struct.pack(">b", 1 if allow_auto_topic_creation else 0)
-        reader = self.request(API_METADATA, 4, body)
+        reader = self.request(API_METADATA, version, body)
         reader.int32()  # throttle_time_ms
         brokers = []
         for _ in range(reader.array_len()):
@@ -218,17 +262,65 @@ class Connection:
             error_code = reader.int16()
             name = reader.string() or ""
             reader.int8()  # is_internal
-            partitions = reader.array_len()
-            for _ in range(partitions):
-                reader.int16()  # error_code
-                reader.int32()  # partition_index
-                reader.int32()  # leader_id
-                for _ in range(reader.array_len()):  # replica_nodes
-                    reader.int32()
-                for _ in range(reader.array_len()):  # isr_nodes
-                    reader.int32()
-            topic_infos.append(TopicInfo(error_code, name, partitions))
+            partitions = []
+            for _ in range(reader.array_len()):
+                partition_error = reader.int16()
+                index = reader.int32()
+                leader = reader.int32()
+                leader_epoch = reader.int32() if version >= 7 else -1
+                replicas = tuple(reader.int32() for _ in range(reader.array_len()))
+                isr = tuple(reader.int32() for _ in range(reader.array_len()))
+                if version >= 5:
+                    for _ in range(reader.array_len()):  # offline_replicas
+                        reader.int32()
+                partitions.append(PartitionInfo(partition_error, index, leader, leader_epoch, replicas, isr))
+            topic_infos.append(TopicInfo(error_code, name, tuple(partitions)))
         return MetadataResponse(brokers, controller_id, topic_infos)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    controller_id: int
+    brokers: list[BrokerInfo]
+
+
+def describe_cluster(conn: Connection) -> ClusterDescription:
+    """DescribeCluster v0 (flexible: request header v2, response header v1)."""
+    reader = conn.request(API_DESCRIBE_CLUSTER, 0, b"\x00\x00", header_version=2)
+    reader.skip_tagged_fields()  # of the response header
+    reader.int32()  # throttle_time_ms
+    error = reader.int16()
+    message = reader.compact_string()
+    if error != ERROR_NONE:
+        raise WireError(f"DescribeCluster answered error {error}: {message}")
+    reader.compact_string()  # cluster_id
+    controller_id = reader.int32()
+    brokers = []
+    for _ in range(reader.uvarint() - 1):
+        node_id = reader.int32()
+        host = reader.compact_string() or ""
+        port = reader.int32()
+        reader.compact_string()  # rack
+        reader.skip_tagged_fields()
+        brokers.append(BrokerInfo(node_id, host, port))
+    return ClusterDescription(controller_id, brokers)
+
+
+def describe_quorum_leader(conn: Connection) -> int:
+    """DescribeQuorum v0 of the metadata log (`__cluster_metadata` partition 0): its Raft leader."""
+    body = b"\x02" + b"\x13__cluster_metadata" + b"\x02" + struct.pack(">i", 0) + b"\x00\x00\x00"
+    reader = conn.request(API_DESCRIBE_QUORUM, 0, body, header_version=2)
+    reader.skip_tagged_fields()  # of the response header
+    error = reader.int16()
+    if error != ERROR_NONE:
+        raise WireError(f"DescribeQuorum answered error {error}")
+    if reader.uvarint() != 2 or reader.compact_string() != "__cluster_metadata" or reader.uvarint() != 2:
+        raise WireError("DescribeQuorum answered for another partition")
+    reader.int32()  # partition_index
+    error = reader.int16()
+    if error != ERROR_NONE:
+        raise WireError(f"DescribeQuorum answered partition error {error}")
+    return reader.int32()
 
 
 @dataclass(frozen=True)
@@ -272,6 +364,23 @@ def produce(conn: Connection, topic: str, partition: int, records: bytes) -> tup
     error = reader.int16()
     base_offset = reader.int64()
     return error, base_offset
+
+
+def create_topic(
+    conn: Connection, topic: str, partitions: int, replication_factor: int, timeout_ms: int = 30_000
+) -> tuple[int, str | None]:
+    """CreateTopics v4 of one topic placed by the broker: (error code, error message)."""
+    body = struct.pack(">i", 1) + string(topic) + struct.pack(">ih", partitions, replication_factor)
+    body += struct.pack(">ii", 0, 0)  # no replica assignments, no configs
+    body += struct.pack(">ib", timeout_ms, 0)  # timeout, validate_only false
+    reader = conn.request(API_CREATE_TOPICS, 4, body)
+    reader.int32()  # throttle_time_ms
+    if reader.array_len() != 1:
+        raise WireError("expected one topic")
+    if reader.string() != topic:
+        raise WireError("CreateTopics answered for another topic")
+    error = reader.int16()
+    return error, reader.string()
 
 
 def fetch(conn: Connection, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20) -> FetchedPartition:
