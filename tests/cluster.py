@@ -253,20 +253,28 @@ class Cluster:
             details = "\n".join(f"node {i} digest {digest(v)}: {v}" for i, v in last.items())
             raise AssertionError(f"{e}\n{details}") from None
 
-    def active_controller(self, via: ClusterNode) -> int:
-        """The active controller's node id, as `via` tells it.
 
-        Spindle's DescribeCluster names it (issue 10). A Kafka broker's DescribeCluster names a
-        random live broker instead (KRaft's controllers are not for clients to reach), so on Kafka
-        this asks DescribeQuorum for the Raft leader of the metadata log.
-        """
-        if BROKER_KIND == "kafka":
-            with kafka_wire.Connection(via.host, via.port) as conn:
-                return kafka_wire.describe_quorum_leader(conn)
-        return describe_cluster_controller(via)
+def active_controller(via: Broker) -> int:
+    """The active controller's node id, once `via` knows one."""
+    return eventually(f"{via.name} names an active controller", lambda: controller_named_by(via))
+
+
+def controller_named_by(node: Broker) -> int | None:
+    """The active controller's node id as `node` tells it; None while it knows none.
+
+    Spindle's DescribeCluster names it (issue 10). A Kafka broker's DescribeCluster names a
+    random live broker instead (KRaft's controllers are not for clients to reach), so on Kafka
+    this asks DescribeQuorum for the Raft leader of the metadata log.
+    """
+    if BROKER_KIND == "kafka":
+        with kafka_wire.Connection(node.host, node.port) as conn:
+            named = kafka_wire.describe_quorum_leader(conn)
+    else:
+        named = describe_cluster_controller(node)
+    return named if named >= 0 else None
 
 
 def describe_cluster_controller(node: Broker) -> int:
-    """The controller id in the DescribeCluster answer of `node`."""
+    """The controller id in the DescribeCluster answer of `node` (-1: none)."""
     with kafka_wire.Connection(node.host, node.port) as conn:
         return kafka_wire.describe_cluster(conn).controller_id

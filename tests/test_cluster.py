@@ -30,6 +30,8 @@ from cluster import (
     SETTLE_TIMEOUT_S,
     Cluster,
     ClusterNode,
+    active_controller,
+    controller_named_by,
     describe_cluster_controller,
     eventually,
     metadata,
@@ -323,7 +325,7 @@ def test_kcat_bootstrapped_from_one_node_reaches_every_leader(cluster, kcat: Kca
 def test_sigterm_moves_a_brokers_leadership_first_and_producers_see_only_retriable_errors(cluster, unique) -> None:
     topic = unique("topic")
     spread_topic(cluster, topic)  # the victim leads one partition
-    controller = cluster.active_controller(cluster.node(1))
+    controller = active_controller(cluster.node(1))
     victim = next(n for n in cluster.nodes if n.node_id != controller)
     others = [n for n in cluster.nodes if n is not victim]
     client_errors: list[KafkaError] = []
@@ -417,7 +419,7 @@ def test_kill_9_of_the_active_controller_leaves_a_cluster_that_agrees_and_takes_
 ) -> None:
     before = unique("before")
     spread_topic(cluster, before)
-    first = cluster.node(cluster.active_controller(cluster.node(1)))
+    first = cluster.node(active_controller(cluster.node(1)))
     survivors = [n for n in cluster.nodes if n is not first]
 
     first.kill9()
@@ -426,12 +428,12 @@ def test_kill_9_of_the_active_controller_leaves_a_cluster_that_agrees_and_takes_
     during = unique("during")
     took = create_within(survivors[0], during, killed_at, CREATE_AGAIN_WITHIN_S)
     assert took <= CREATE_AGAIN_WITHIN_S
-    elected = eventually(
-        "the survivors name one new active controller",
-        lambda: (lambda named: named.pop() if len(named) == 1 else None)(
-            {cluster.active_controller(n) for n in survivors}
-        ),
-    )
+
+    def agreed_controller() -> int | None:
+        named = {controller_named_by(n) for n in survivors}
+        return named.pop() if len(named) == 1 else None
+
+    elected = eventually("the survivors name one new active controller", agreed_controller)
     assert elected in {n.node_id for n in survivors}
     cluster.wait_brokers([n.node_id for n in survivors], FENCED_WITHIN_S)
     brokers, topics = cluster.wait_same_metadata(survivors)
