@@ -200,7 +200,7 @@ class Cluster:
             node.spawn()
         for node in down:
             node.wait_serving()
-        self.wait_brokers([n.node_id for n in self.running()], START_TIMEOUT_S)
+        self.wait_brokers(self.running(), START_TIMEOUT_S)
 
     def stop(self) -> dict[int, int]:
         """SIGTERM to every running node at once (a quorum's last nodes would otherwise wait for
@@ -224,14 +224,15 @@ class Cluster:
             node.ensure_stopped()
             node.remove_data()
 
-    def wait_brokers(self, node_ids: list[int], timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-        """Until the Metadata of every running node lists exactly these brokers, at their addresses."""
-        want = tuple(sorted((i, "127.0.0.1", self.node(i).port) for i in node_ids))
+    def wait_brokers(self, brokers: list[ClusterNode], timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+        """Until the Metadata of every running node of the cluster lists exactly these brokers,
+        at their addresses."""
+        want = tuple(sorted((b.node_id, b.host, b.port) for b in brokers))
 
         def agreed() -> bool | None:
             return all(view_of(metadata(n))[0] == want for n in self.running()) or None
 
-        eventually(f"every running node lists brokers {sorted(node_ids)}", agreed, timeout_s)
+        eventually(f"every running node lists brokers {[b.node_id for b in brokers]}", agreed, timeout_s)
 
     def views(self, nodes: list[ClusterNode] | None = None) -> dict[int, MetadataView]:
         return {n.node_id: view_of(metadata(n)) for n in (nodes if nodes is not None else self.running())}
