@@ -372,7 +372,7 @@ def test_sigterm_moves_a_brokers_leadership_first_and_producers_see_only_retriab
 
 
 @pytest.mark.spindle_only("spindle cluster describe is spindle's command line")
-def test_a_stopped_broker_is_shown_fenced_until_it_registers_again(cluster) -> None:
+def test_a_stopped_broker_is_shown_fenced_until_it_registers_and_catches_up_again(cluster) -> None:
     victim = cluster.node(3)
     victim.stop_clean()
 
@@ -394,6 +394,16 @@ def test_a_stopped_broker_is_shown_fenced_until_it_registers_again(cluster) -> N
     victim.start()
     cluster.wait_brokers(cluster.nodes)
     assert fenced(cluster.node(2)) == {1: False, 2: False, 3: False}
+
+    # Node 3 is a voter again and has caught up, as the active controller reports the quorum.
+    def quorum_whole() -> dict | None:
+        described = cluster_describe(cluster.node(3))
+        quorum = described["quorum"]
+        states = {v["node"]: v["state"] for v in quorum["voters"]} if quorum else {}
+        caught_up = set(states) == {1, 2, 3} and set(states.values()) == {"leader", "follower (caught up)"}
+        return described if caught_up and quorum["leader"] == described["controller"] else None
+
+    eventually("cluster describe shows every voter caught up, the leader the controller", quorum_whole)
 
 
 def cluster_describe(node: ClusterNode) -> dict:
