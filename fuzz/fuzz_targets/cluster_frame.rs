@@ -19,7 +19,8 @@ const FRAME_BYTES_MAX: usize = 8 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let memory = budget(data.len(), 64, 64 << 10);
-    let Ok((from, frame)) = within_memory(memory, || envelope::decode(data, FRAME_BYTES_MAX)) else {
+    let Ok((from, frame)) = within_memory(memory, || envelope::decode(data, FRAME_BYTES_MAX))
+    else {
         return;
     };
     let once = envelope::encode(from, &frame);
@@ -27,5 +28,9 @@ fuzz_target!(|data: &[u8]| {
         envelope::decode(&once, usize::MAX).expect("a re-encoded frame decodes");
     assert_eq!(again_from, from);
     assert_eq!(again, frame, "the frame survives encode and decode");
-    assert_eq!(envelope::encode(from, &again), once, "encoding is deterministic");
+    assert_eq!(
+        envelope::encode(from, &again),
+        once,
+        "encoding is deterministic"
+    );
 });

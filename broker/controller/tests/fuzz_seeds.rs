@@ -95,7 +95,9 @@ fn seeds() -> Vec<(&'static str, Message)> {
 
 /// Writes (with SPINDLE_WRITE_FUZZ_SEEDS) or checks one seed file of `target`.
 fn keep_seed(target: &str, name: &str, bytes: Vec<u8>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let path = dir.join(name);
     if std::env::var_os("SPINDLE_WRITE_FUZZ_SEEDS").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -173,7 +175,10 @@ fn cluster_seeds() -> Vec<(&'static str, Frame)> {
             "propose",
             Frame::Propose {
                 id: 10,
-                commands: vec![Command::TakeProducerIdBlock, Command::FenceBroker(NodeId(3))],
+                commands: vec![
+                    Command::TakeProducerIdBlock,
+                    Command::FenceBroker(NodeId(3)),
+                ],
             },
         ),
         (
@@ -200,7 +205,10 @@ fn cluster_seeds() -> Vec<(&'static str, Frame)> {
                 result: Err(NotCommitted::NotController(Some(NodeId(3)))),
             }),
         ),
-        ("metadata", Frame::Metadata(Bytes::from_static(b"metadata snapshot"))),
+        (
+            "metadata",
+            Frame::Metadata(Bytes::from_static(b"metadata snapshot")),
+        ),
     ]
 }
 
