@@ -86,6 +86,81 @@ def test_legacy_alter_configs_replaces_the_whole_set(broker: Broker, unique) -> 
     assert not configs["segment.bytes"].is_default
 
 
+# Kafka 4.4's topic settings, as its DescribeConfigs lists them for a new topic.
+KAFKA_TOPIC_SETTINGS = set(
+    """cleanup.policy compression.gzip.level compression.lz4.level compression.type
+    compression.zstd.level delete.retention.ms errors.deadletterqueue.group.enable
+    file.delete.delay.ms flush.messages flush.ms follower.replication.throttled.replicas
+    index.interval.bytes leader.replication.throttled.replicas local.retention.bytes
+    local.retention.ms max.compaction.lag.ms max.decompressed.message.bytes max.message.bytes
+    message.timestamp.after.max.ms message.timestamp.before.max.ms message.timestamp.type
+    min.cleanable.dirty.ratio min.compaction.lag.ms min.insync.replicas preallocate
+    remote.copy.lag.bytes remote.copy.lag.ms remote.log.copy.disable remote.log.delete.on.disable
+    remote.storage.enable retention.bytes retention.ms segment.bytes segment.index.bytes
+    segment.jitter.ms segment.ms unclean.leader.election.enable""".split()
+)
+
+
+def test_every_kafka_topic_setting_is_described_and_compaction_settings_are_kept(broker: Broker, unique) -> None:
+    """librdkafka's 0081 sets delete.retention.ms at creation and max.compaction.lag.ms through
+    the legacy AlterConfigs: settings that matter only to compaction are kept and described as
+    Kafka does, though Spindle refuses compaction itself."""
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1, {"compression.type": "lz4", "delete.retention.ms": "900"})
+    configs = describe(broker.bootstrap, TOPIC, topic)
+    assert set(configs) == KAFKA_TOPIC_SETTINGS
+    assert (configs["delete.retention.ms"].value, configs["delete.retention.ms"].is_default) == ("900", False)
+    defaults = {
+        "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": "9223372036854775807",
+        "min.cleanable.dirty.ratio": "0.5",
+        "segment.index.bytes": "10485760",
+        "segment.jitter.ms": "0",
+        "file.delete.delay.ms": "60000",
+        "unclean.leader.election.enable": "false",
+        "remote.storage.enable": "false",
+        "leader.replication.throttled.replicas": "",
+        "compression.zstd.level": "3",
+    }
+    assert {n: configs[n].value for n in defaults} == defaults
+    assert all(configs[n].is_default for n in defaults)
+
+    # The legacy AlterConfigs replaces the set: delete.retention.ms goes back to its default.
+    resource = ConfigResource(
+        TOPIC, topic, set_config={"compression.type": "lz4", "max.compaction.lag.ms": "3600000"}
+    )
+    admin = clients.admin(broker.bootstrap)
+    admin.alter_configs([resource])[resource].result(timeout=clients.REQUEST_TIMEOUT_S)
+    incremental(broker.bootstrap, TOPIC, topic, ("min.cleanable.dirty.ratio", AlterConfigOpType.SET, "0.1"))
+    configs = describe(broker.bootstrap, TOPIC, topic)
+    assert configs["max.compaction.lag.ms"].value == "3600000"
+    assert configs["min.cleanable.dirty.ratio"].value == "0.1"
+    assert (configs["delete.retention.ms"].value, configs["delete.retention.ms"].is_default) == ("86400000", True)
+
+    # kafka-python sees the same.
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        answer = kp.describe_configs([KpConfigResource(KpConfigResourceType.TOPIC, topic)], config_filter="all")
+        [by_name] = answer.values()
+        kp_configs = by_name[topic]
+    finally:
+        kp.close()
+    assert kp_configs["max.compaction.lag.ms"]["value"] == "3600000"
+    assert kp_configs["min.cleanable.dirty.ratio"]["config_type"] == "DOUBLE"
+    assert set(kp_configs) == KAFKA_TOPIC_SETTINGS
+
+    # Out-of-range values and unknown names are refused, and change nothing.
+    for name, value in [
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("max.compaction.lag.ms", "0"),
+        ("dummy.doesntexist", "1"),
+        ("remote.storage.enable", "true"),  # Kafka: tiered storage is off in the broker
+    ]:
+        error = refused(broker.bootstrap, TOPIC, topic, (name, AlterConfigOpType.SET, value))
+        assert error.code() == KafkaError.INVALID_CONFIG, (name, error)
+    assert describe(broker.bootstrap, TOPIC, topic)["min.cleanable.dirty.ratio"].value == "0.1"
+
+
 @pytest.mark.spindle_only("compaction is refused until Spindle has it; Kafka compacts")
 def test_compaction_stays_refused_when_appended(broker: Broker, unique) -> None:
     topic = unique("topic")
