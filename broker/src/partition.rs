@@ -6,9 +6,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use glommio::sync::Semaphore;
 use net::Acks;
 use net::kafka_protocol::ResponseError;
+use storage::fifo_lock::FifoLock;
 use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
 
 use model::LeaderEpoch;
@@ -32,7 +32,7 @@ pub struct Partition {
     producers: RefCell<Option<Producers>>,
     /// Holds idempotent appends in arrival order: a producer's sequence check and its append
     /// must not be overtaken by the producer's next batch.
-    idempotent_lock: Semaphore,
+    idempotent_lock: FifoLock,
     /// The topic's `compression.type`, set with its other settings.
     compression: Cell<TopicCompression>,
 }
@@ -120,7 +120,7 @@ impl Partition {
             log,
             leader_epoch: Cell::new(leader_epoch),
             producers: RefCell::new(None),
-            idempotent_lock: Semaphore::new(1),
+            idempotent_lock: FifoLock::new(),
             compression: Cell::new(TopicCompression::Producer),
         }
     }
@@ -220,7 +220,7 @@ impl Partition {
     ) -> Result<Appended, Produced> {
         let _turn = self
             .idempotent_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| Produced::failed(ResponseError::NotLeaderOrFollower, None))?;
         if self.producers.borrow().is_none() {

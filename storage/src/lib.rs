@@ -18,6 +18,7 @@
 //! - [`cache`]: the per-shard cache of recent batches under a memory budget.
 //! - `readahead`: reading the next stretch of a segment file while a sequential read's answer
 //!   travels.
+//! - [`fifo_lock`]: the lock that keeps appends in the order they were asked for.
 //! - [`log`]: appends, reads, retention, truncation, close; the background flusher.
 //! - [`recovery`]: opening a log directory and recovering it.
 //! - `start_offset`: the log start offset DeleteRecords moves, kept in its own small file.
@@ -26,6 +27,7 @@ pub mod batch;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod fifo_lock;
 mod file;
 mod index;
 pub mod log;

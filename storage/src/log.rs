@@ -15,12 +15,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
-use glommio::sync::Semaphore;
 
 use crate::batch::{self, BatchHeader, TimestampType};
 use crate::cache::{BatchCache, CacheKey, CachedBatch};
 use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
+use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
 use crate::readahead::{self, Continuation, ReadAhead};
 use crate::segment::{self, Segment};
@@ -85,7 +85,7 @@ pub struct Log {
     pub(crate) dir: PathBuf,
     pub(crate) shard: Rc<ShardStorage>,
     pub(crate) config: RefCell<LogConfig>,
-    pub(crate) append_lock: Semaphore,
+    pub(crate) append_lock: FifoLock,
     pub(crate) state: RefCell<State>,
     pub(crate) cache_key: CacheKey,
     /// The log end offset: the offset the next append gets.
@@ -242,7 +242,7 @@ impl Log {
         let headers = split_batches(&records, batch_bytes_max)?;
         let _permit = self
             .append_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
@@ -666,7 +666,7 @@ impl Log {
     /// an expired active segment first so it can go too. Returns how many were deleted.
     pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, LogError> {
         let config = self.config();
-        let _permit = match self.append_lock.acquire_permit(1).await {
+        let _permit = match self.append_lock.acquire().await {
             Ok(p) => p,
             Err(_) => return Ok(0),
         };
@@ -721,7 +721,7 @@ impl Log {
     /// up to at most `offset`: for logs that keep their own snapshots (the consumer offsets
     /// log). Returns how many were deleted.
     pub async fn delete_before(&self, offset: i64) -> Result<usize, LogError> {
-        let _permit = match self.append_lock.acquire_permit(1).await {
+        let _permit = match self.append_lock.acquire().await {
             Ok(p) => p,
             Err(_) => return Ok(0),
         };
@@ -780,7 +780,7 @@ impl Log {
     /// batch goes (as Kafka does). For a follower that must agree with its leader. Truncating
     /// below the log start empties the log, which then ends at its start offset.
     pub async fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
-        let _permit = match self.append_lock.acquire_permit(1).await {
+        let _permit = match self.append_lock.acquire().await {
             Ok(p) => p,
             Err(_) => return Ok(()),
         };
@@ -859,7 +859,7 @@ impl Log {
     /// its size, its indexes saved, and the clean-shutdown marker written so the next open
     /// skips recovery.
     pub async fn close(&self) -> Result<(), LogError> {
-        let _permit = self.append_lock.acquire_permit(1).await;
+        let _permit = self.append_lock.acquire().await;
         if self.closed.replace(true) {
             return Ok(());
         }
@@ -896,7 +896,7 @@ impl Log {
     /// Closes the log and removes its directory and everything in it.
     pub async fn delete(&self) -> Result<(), LogError> {
         {
-            let _permit = self.append_lock.acquire_permit(1).await;
+            let _permit = self.append_lock.acquire().await;
             self.closed.set(true);
             self.append_lock.close();
         }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::rc::Rc;
 
-use glommio::sync::Semaphore;
+use crate::fifo_lock::FifoLock;
 
 use crate::config::LogConfig;
 use crate::error::{IoFailure, LogError};
@@ -83,7 +83,7 @@ impl ShardStorage {
             dir: dir.to_path_buf(),
             shard: self.clone(),
             config: RefCell::new(config),
-            append_lock: Semaphore::new(1),
+            append_lock: FifoLock::new(),
             state: RefCell::new(State {
                 segments,
                 writer,
