@@ -161,6 +161,39 @@ def test_every_kafka_topic_setting_is_described_and_compaction_settings_are_kept
     assert describe(broker.bootstrap, TOPIC, topic)["min.cleanable.dirty.ratio"].value == "0.1"
 
 
+def test_thread_and_sasl_broker_settings_are_kept_as_kafka_keeps_them(own_broker: Broker) -> None:
+    """librdkafka's 0081 sets sasl.kerberos.min.time.before.relogin on a broker with the legacy
+    AlterConfigs and background.threads with IncrementalAlterConfigs: Kafka applies them at run
+    time; Spindle has no such thread pools or SASL, and keeps and describes them."""
+    admin = clients.admin(own_broker.bootstrap)
+    [node] = [str(b) for b in admin.list_topics(timeout=clients.REQUEST_TIMEOUT_S).brokers]
+    resource = ConfigResource(BROKER, node, set_config={"sasl.kerberos.min.time.before.relogin": "58000"})
+    admin.alter_configs([resource])[resource].result(timeout=clients.REQUEST_TIMEOUT_S)
+    incremental(own_broker.bootstrap, BROKER, node, ("background.threads", AlterConfigOpType.SET, "9"))
+    dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    for name, value in [("sasl.kerberos.min.time.before.relogin", "58000"), ("background.threads", "9")]:
+        assert broker_setting(own_broker.bootstrap, node, name, (value, dynamic)) == (value, dynamic)
+
+    error = refused(own_broker.bootstrap, BROKER, node, ("background.threads", AlterConfigOpType.SET, "0"))
+    # Kafka refuses a broker setting's value with INVALID_REQUEST, Spindle with INVALID_CONFIG
+    # (as for topics): the client reports both as the request's error.
+    assert error.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST)
+    incremental(own_broker.bootstrap, BROKER, node, ("background.threads", AlterConfigOpType.DELETE, None))
+    default = ("10", ConfigSource.DEFAULT_CONFIG.value)
+    assert broker_setting(own_broker.bootstrap, node, "background.threads", default) == default
+
+
+def broker_setting(bootstrap: str, node: str, name: str, want: tuple[str, int], timeout_s: float = 10.0) -> tuple[str, int]:
+    """A broker setting's (value, source), read until it is `want` or the time is up: Kafka
+    applies a change to its broker a moment after answering (Spindle before)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        entry = describe(bootstrap, BROKER, node)[name]
+        if (entry.value, entry.source) == want or time.monotonic() > deadline:
+            return (entry.value, entry.source)
+        time.sleep(0.2)
+
+
 @pytest.mark.spindle_only("compaction is refused until Spindle has it; Kafka compacts")
 def test_compaction_stays_refused_when_appended(broker: Broker, unique) -> None:
     topic = unique("topic")

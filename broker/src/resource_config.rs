@@ -23,13 +23,17 @@ pub const GROUP: i8 = ConfigResource::GROUP;
 /// Checks one setting of `resource`'s kind; the error is an INVALID_CONFIG message.
 pub fn check(resource: &ConfigResource, name: &str, value: &str) -> Result<(), String> {
     match resource {
-        ConfigResource::Broker(_) => topic_config::check_broker_setting(name, value),
+        ConfigResource::Broker(_) => match broker_only_key(name) {
+            Some(key) => check_broker_only(key, value),
+            None => topic_config::check_broker_setting(name, value),
+        },
         ConfigResource::Group(_) => check_group_setting(name, value),
     }
 }
 
 pub fn check_name(resource: &ConfigResource, name: &str) -> Result<(), String> {
     match resource {
+        ConfigResource::Broker(_) if broker_only_key(name).is_some() => Ok(()),
         ConfigResource::Broker(_) => topic_config::check_broker_setting_name(name),
         ConfigResource::Group(_) => group_key(name).map(|_| ()),
     }
@@ -56,6 +60,109 @@ pub fn inherited(metadata: &ClusterMetadata, node_id: NodeId) -> Inherited {
             .unwrap_or(&empty)
     };
     topic_config::inherited(of(String::new()), of(node_id.to_string()))
+}
+
+// ---- broker settings Kafka changes at run time for parts Spindle does not have ----
+
+/// Kafka's dynamic broker settings of its thread pools and SASL logins: Spindle has neither (a
+/// shard per core; no SASL), so they are kept and described, without effect, for the tools and
+/// scripts that set them (librdkafka's test 0081 sets sasl.kerberos.min.time.before.relogin and
+/// background.threads).
+struct BrokerOnlyKey {
+    name: &'static str,
+    kind: ConfigType,
+    default: &'static str,
+    min: i64,
+}
+
+const BROKER_ONLY_KEYS: &[BrokerOnlyKey] = &[
+    BrokerOnlyKey {
+        name: "background.threads",
+        kind: ConfigType::Int,
+        default: "10",
+        min: 1,
+    },
+    BrokerOnlyKey {
+        name: "log.cleaner.threads",
+        kind: ConfigType::Int,
+        default: "1",
+        min: 0,
+    },
+    BrokerOnlyKey {
+        name: "num.io.threads",
+        kind: ConfigType::Int,
+        default: "8",
+        min: 1,
+    },
+    BrokerOnlyKey {
+        name: "num.network.threads",
+        kind: ConfigType::Int,
+        default: "3",
+        min: 1,
+    },
+    BrokerOnlyKey {
+        name: "num.recovery.threads.per.data.dir",
+        kind: ConfigType::Int,
+        default: "2",
+        min: 1,
+    },
+    BrokerOnlyKey {
+        name: "num.replica.fetchers",
+        kind: ConfigType::Int,
+        default: "1",
+        min: 1,
+    },
+    BrokerOnlyKey {
+        name: "sasl.kerberos.min.time.before.relogin",
+        kind: ConfigType::Long,
+        default: "60000",
+        min: 0,
+    },
+];
+
+fn broker_only_key(name: &str) -> Option<&'static BrokerOnlyKey> {
+    BROKER_ONLY_KEYS.iter().find(|k| k.name == name)
+}
+
+fn check_broker_only(key: &BrokerOnlyKey, value: &str) -> Result<(), String> {
+    let fits = match key.kind {
+        ConfigType::Int => value.parse::<i32>().is_ok_and(|v| i64::from(v) >= key.min),
+        _ => value.parse::<i64>().is_ok_and(|v| v >= key.min),
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value {value} for {}: must be a whole number of at least {}",
+            key.name, key.min
+        ))
+    }
+}
+
+/// The settings of [`BROKER_ONLY_KEYS`] on broker `node_id`: its own, else the cluster-wide
+/// ones, else Kafka's defaults.
+pub fn describe_broker_only(metadata: &ClusterMetadata, node_id: NodeId) -> Vec<Described> {
+    let of = |name: String| metadata.resource_configs.get(&ConfigResource::Broker(name));
+    let (own, cluster) = (of(node_id.to_string()), of(String::new()));
+    BROKER_ONLY_KEYS
+        .iter()
+        .map(|k| {
+            let (value, source) = match (
+                own.and_then(|s| s.get(k.name)),
+                cluster.and_then(|s| s.get(k.name)),
+            ) {
+                (Some(v), _) => (v.clone(), ConfigSource::DynamicBroker),
+                (None, Some(v)) => (v.clone(), ConfigSource::DynamicDefaultBroker),
+                (None, None) => (k.default.to_owned(), ConfigSource::Default),
+            };
+            Described {
+                name: k.name,
+                value,
+                source,
+                kind: k.kind,
+            }
+        })
+        .collect()
 }
 
 // ---- group settings (Kafka 4.0's GroupConfig and GroupCoordinatorConfig defaults) ----

@@ -63,6 +63,10 @@ pub fn describe(
                     &shard.config.topic_defaults,
                 )
                 .into_iter()
+                .chain(resource_config::describe_broker_only(
+                    &metadata,
+                    shard.config.node_id,
+                ))
                 .filter(|d| d.source == ConfigSource::DynamicDefaultBroker)
                 .collect()),
                 BROKER => this_broker(shard, name).map(|()| broker_configs(shard, &inherited)),
@@ -122,6 +126,10 @@ fn broker_configs(shard: &Shard, inherited: &topic_config::Inherited) -> Vec<Des
         kind,
     };
     let mut configs = topic_config::describe_broker_defaults(inherited, &config.topic_defaults);
+    configs.extend(resource_config::describe_broker_only(
+        &shard.metadata(),
+        config.node_id,
+    ));
     configs.extend([
         own("broker.id", config.node_id.to_string(), ConfigType::Int),
         own("node.id", config.node_id.to_string(), ConfigType::Int),
