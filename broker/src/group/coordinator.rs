@@ -26,8 +26,8 @@ use std::fmt;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use glommio::sync::{Permit, Semaphore};
 use net::client::batch::decode_batches;
+use storage::fifo_lock::{FifoGuard, FifoLock};
 use storage::{AppendError, Log, LogConfig, LogError, ReadError, SyncError};
 use thiserror::Error;
 
@@ -95,8 +95,10 @@ pub struct Coordinator {
     config: GroupConfig,
     timers: Scheduler,
     groups: RefCell<HashMap<String, Group>>,
-    /// Held from deciding a change to the offsets until it is appended.
-    write_lock: Semaphore,
+    /// Held from deciding a change to the offsets until it is appended; FIFO, so that a
+    /// client's pipelined commits are written in the order they came (glommio's `Semaphore`
+    /// lets a newcomer overtake a woken waiter).
+    write_lock: FifoLock,
     serving: Cell<Serving>,
     snapshots: RefCell<Snapshots>,
     retention_task: RefCell<Option<glommio::Task<()>>>,
@@ -163,7 +165,7 @@ impl Coordinator {
             timers: Scheduler::new(me.clone()),
             config,
             groups: RefCell::new(groups),
-            write_lock: Semaphore::new(1),
+            write_lock: FifoLock::new(),
             serving: Cell::new(Serving::Open),
             snapshots: RefCell::new(Snapshots::default()),
             retention_task: RefCell::new(None),
@@ -199,7 +201,7 @@ impl Coordinator {
         if self.serving.replace(Serving::Closed) == Serving::Closed {
             return;
         }
-        let permit = self.write_lock.acquire_permit(1).await;
+        let permit = self.write_lock.acquire().await;
         // Not in the middle of an append (we hold the lock): safe to cancel.
         self.retention_task.borrow_mut().take();
         self.snapshots.borrow_mut().task.take();
@@ -564,10 +566,10 @@ impl Coordinator {
 
     // ---- the log ----
 
-    async fn lock_writes(&self) -> Result<Permit<'_>, ResponseError> {
+    async fn lock_writes(&self) -> Result<FifoGuard<'_>, ResponseError> {
         let permit = self
             .write_lock
-            .acquire_permit(1)
+            .acquire()
             .await
             .map_err(|_| ResponseError::NotCoordinator)?;
         self.check_serving()?;
@@ -585,7 +587,7 @@ impl Coordinator {
     /// them), then waits until they are durable.
     async fn write(
         &self,
-        permit: Permit<'_>,
+        permit: FifoGuard<'_>,
         records: Vec<EncodedRecord>,
     ) -> Result<(), ResponseError> {
         if records.is_empty() {
