@@ -22,6 +22,9 @@ pub async fn open_coordinators(shard: &Rc<Shard>) -> Result<(), GroupError> {
     let Some(topic) = shard.topic(OFFSETS_TOPIC) else {
         return Ok(());
     };
+    if shard.shutdown.is_triggered() {
+        return Ok(()); // stopping: its coordinators are closed, and stay so
+    }
     let config = shard.group_config.clone();
     for partition in 0..topic.partition_count() {
         if shard.coordinators.borrow().contains_key(&partition) {

@@ -40,6 +40,8 @@ pub struct Shard {
     pub coordinators: RefCell<HashMap<i32, Rc<crate::group::Coordinator>>>,
     /// Metadata changes apply one at a time, in version order.
     apply_lock: Semaphore,
+    /// The shard closed its logs (it is stopping): metadata applied after that opens none.
+    logs_closed: Cell<bool>,
     mesh: OnceCell<Mesh<Shard>>,
     /// On the controller's shard only.
     controller: Option<Controller>,
@@ -86,6 +88,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             coordinators: RefCell::new(HashMap::new()),
             apply_lock: Semaphore::new(1),
+            logs_closed: Cell::new(false),
             mesh: OnceCell::new(),
             controller: (id == CONTROLLER_SHARD).then(Controller::default),
             controller_id: Cell::new(alone),
@@ -191,6 +194,12 @@ impl Shard {
         if metadata.version < old.version {
             return Ok(());
         }
+        if self.logs_closed.get() {
+            // A change committed while this node stops (its own controlled shutdown, say):
+            // reopening a log now would race the close that already wrote it off.
+            *self.metadata.borrow_mut() = metadata;
+            return Ok(());
+        }
         // Deleted topics (or re-created under a new id): their data goes.
         let gone: Vec<String> = self
             .partitions
@@ -290,6 +299,9 @@ impl Shard {
 
     /// Closes every log cleanly (the shard is stopping).
     pub async fn close(&self) {
+        // Not while metadata is being applied (it may be opening a log), and none after.
+        let _turn = self.apply_lock.acquire_permit(1).await;
+        self.logs_closed.set(true);
         let partitions: Vec<_> = self.owned_partitions();
         self.partitions.borrow_mut().clear();
         for p in partitions {
