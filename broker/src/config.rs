@@ -129,6 +129,18 @@ pub struct Settings {
     /// How often a broker sends the active controller a heartbeat [default: 2000].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
+    /// Memory for each shard's write buffers, shared by its partitions as they write
+    /// [default: 67108864].
+    #[arg(long)]
+    pub write_buffer_bytes: Option<usize>,
+    /// Disk space each shard's active segments may reserve ahead of their writes together
+    /// [default: 268435456].
+    #[arg(long)]
+    pub preallocate_bytes: Option<u64>,
+    /// Produces are refused while the data directory's filesystem has less free; 0 turns the
+    /// guard off [default: 1 GiB or 2% of the filesystem, whichever is smaller].
+    #[arg(long)]
+    pub min_free_bytes: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -299,6 +311,7 @@ impl Settings {
             request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
             connections_max_idle_ms, cluster_listen, controller_voters,
             broker_session_timeout_ms, broker_heartbeat_interval_ms,
+            write_buffer_bytes, preallocate_bytes, min_free_bytes,
         )
     }
 
@@ -407,6 +420,13 @@ impl Settings {
             request_max_bytes: self.request_max_bytes.unwrap_or(100 << 20),
             storage: StorageConfig {
                 cache_bytes_max: self.cache_bytes.unwrap_or(storage_defaults.cache_bytes_max),
+                write_buffer_bytes: self
+                    .write_buffer_bytes
+                    .unwrap_or(storage_defaults.write_buffer_bytes),
+                preallocate_bytes: self
+                    .preallocate_bytes
+                    .unwrap_or(storage_defaults.preallocate_bytes),
+                min_free_bytes: self.min_free_bytes.or(storage_defaults.min_free_bytes),
                 ..storage_defaults
             },
             offsets_partitions,

@@ -328,7 +328,9 @@ fn append_failed(e: AppendError) -> Produced {
             _ => ResponseError::CorruptMessage,
         },
         AppendError::Empty => ResponseError::CorruptMessage,
-        AppendError::Storage(_) => ResponseError::KafkaStorageError,
+        AppendError::Storage(_) | AppendError::LowOnSpace { .. } => {
+            ResponseError::KafkaStorageError
+        }
         AppendError::Closed => ResponseError::NotLeaderOrFollower,
     };
     Produced::failed(error, e.to_string())

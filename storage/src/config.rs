@@ -68,18 +68,28 @@ pub enum IoMode {
     Buffered,
 }
 
-/// Per-shard storage settings: IO sizes and memory budgets.
+/// Per-shard storage settings: IO sizes and memory and disk budgets. The budgets are shared by
+/// the shard's partitions as they write, so an idle partition costs next to nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageConfig {
     pub io_mode: IoMode,
-    /// Size of each aligned write buffer: appends fill one, and a full one is written at once.
+    /// Memory for the shard's aligned write buffers together. Each writing partition's buffer
+    /// follows what it is sent between flushes, from 32 KiB up to 1 MiB (or this budget).
     pub write_buffer_bytes: usize,
     /// Writes a partition may have in flight before appends wait (write-behind depth).
     pub writes_in_flight_max: usize,
-    /// Disk space reserved ahead of the write position, so writes do not extend the file.
+    /// Disk space the shard's active segments may reserve ahead of their writes together
+    /// (fallocate), so writes do not extend files. Each takes about a second of its own writes,
+    /// at most 64 MiB; a partition that stops writing gives its share back.
     pub preallocate_bytes: u64,
+    /// Produces are refused (KAFKA_STORAGE_ERROR) while the data directory's filesystem has
+    /// fewer free bytes than this. `None`: 1 GiB or 2% of the filesystem, whichever is smaller.
+    pub min_free_bytes: Option<u64>,
     /// Memory for the per-shard cache of recent batches.
     pub cache_bytes_max: usize,
+    /// Memory for the loaded indexes of sealed segments, per shard: they load on first use and
+    /// the least recently used are dropped beyond this.
+    pub index_bytes_max: usize,
     /// The largest single read from a segment file.
     pub read_bytes_max: usize,
     /// Memory for reading ahead of sequential readers, per shard (0 turns read-ahead off).
@@ -90,10 +100,12 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             io_mode: IoMode::Auto,
-            write_buffer_bytes: 1 << 20,
+            write_buffer_bytes: 64 << 20,
             writes_in_flight_max: 4,
-            preallocate_bytes: 64 << 20,
+            preallocate_bytes: 256 << 20,
+            min_free_bytes: None,
             cache_bytes_max: 256 << 20,
+            index_bytes_max: 64 << 20,
             read_bytes_max: 64 << 20,
             readahead_bytes_max: 64 << 20,
         }

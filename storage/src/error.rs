@@ -42,6 +42,16 @@ pub enum AppendError {
     Empty,
     #[error("log is offline after a disk error: {0}")]
     Storage(IoFailure),
+    /// The free-space guard: nothing is appended while the filesystem is short of space.
+    #[error(
+        "the filesystem of {dir} has {free_bytes} bytes free, under the {min_free_bytes} kept \
+         free (--min-free-bytes): produces are refused until space is freed"
+    )]
+    LowOnSpace {
+        dir: PathBuf,
+        free_bytes: u64,
+        min_free_bytes: u64,
+    },
     #[error("log is closed")]
     Closed,
 }

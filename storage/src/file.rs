@@ -233,21 +233,43 @@ impl SegmentFile {
         .map_err(|e| self.failure("syncing", e))
     }
 
-    /// Reserves disk blocks up to `len` bytes and makes that the file size, so that direct
-    /// writes inside it never have to extend the file (ext4 serializes extending direct writes).
+    /// Reserves disk blocks from `from` up to `to` and makes `to` the file size (if larger), so
+    /// that direct writes inside it never have to extend the file (ext4 serializes extending
+    /// direct writes).
     ///
     /// A plain blocking fallocate(2), on purpose: through io_uring it would run on a worker thread
     /// that competes with the busy shard for its core and waits milliseconds for a turn, while
     /// the call itself takes tens of microseconds (0.01-0.4 ms for 64 MiB on ext4 here).
-    pub fn preallocate(&self, len: u64) -> Result<(), IoFailure> {
+    pub fn preallocate(&self, from: u64, to: u64) -> Result<(), IoFailure> {
+        let offset = i64::try_from(from).unwrap_or(i64::MAX);
+        let len = i64::try_from(to.saturating_sub(from)).unwrap_or(i64::MAX);
+        nix::fcntl::fallocate(self.raw_fd(), nix::fcntl::FallocateFlags::empty(), offset, len)
+            .map_err(|e| IoFailure::new("preallocating", &self.path, &std::io::Error::from(e)))
+    }
+
+    /// Gives back the blocks reserved from `from` to `to` (punches a hole; the file keeps its
+    /// size, and reads there see zeros, which recovery cuts like any torn tail). Blocking, like
+    /// [`Self::preallocate`] and for the same reason; and it must not interleave with writes the
+    /// shard submits meanwhile, which through io_uring it could.
+    pub fn release(&self, from: u64, to: u64) -> Result<(), IoFailure> {
+        use nix::fcntl::FallocateFlags as F;
+        let offset = i64::try_from(from).unwrap_or(i64::MAX);
+        let len = i64::try_from(to.saturating_sub(from)).unwrap_or(i64::MAX);
+        nix::fcntl::fallocate(
+            self.raw_fd(),
+            F::FALLOC_FL_PUNCH_HOLE | F::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+        .map_err(|e| IoFailure::new("releasing space in", &self.path, &std::io::Error::from(e)))
+    }
+
+    fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        let fd = match &self.inner {
+        match &self.inner {
             Inner::Direct(f) => f.as_raw_fd(),
             Inner::Buffered(f) => f.as_raw_fd(),
-        };
-        let len = i64::try_from(len).unwrap_or(i64::MAX);
-        nix::fcntl::fallocate(fd, nix::fcntl::FallocateFlags::empty(), 0, len)
-            .map_err(|e| IoFailure::new("preallocating", &self.path, &std::io::Error::from(e)))
+        }
     }
 
     pub async fn truncate(&self, len: u64) -> Result<(), IoFailure> {

@@ -11,6 +11,7 @@
 //! Modules, from the bottom up:
 //! - [`batch`]: the v2 record batch header, validation, offset assignment.
 //! - [`watermark`]: a growing value that futures can wait on.
+//! - `budget`: shard-wide byte budgets (write buffers, space reserved ahead, indexes, read-ahead).
 //! - [`file`]: the seam to glommio's files; direct IO or buffered fallback.
 //! - [`index`]: the sparse offset and time indexes and their file formats.
 //! - [`writer`]: aligned write-behind buffers for the active segment.
@@ -19,11 +20,15 @@
 //! - `readahead`: reading the next stretch of a segment file while a sequential read's answer
 //!   travels.
 //! - [`fifo_lock`]: the lock that keeps appends in the order they were asked for.
-//! - [`log`]: appends, reads, retention, truncation, close; the background flusher.
+//! - [`log`]: appends, reads, retention, truncation, close.
+//! - `background`: the shard's flusher (one queue for all its logs) and timer.
+//! - `space`: the free-space guard.
 //! - [`recovery`]: opening a log directory and recovering it.
 //! - `start_offset`: the log start offset DeleteRecords moves, kept in its own small file.
 
+mod background;
 pub mod batch;
+mod budget;
 pub mod cache;
 pub mod config;
 pub mod error;
@@ -35,6 +40,7 @@ mod readahead;
 mod recovery;
 mod segment;
 mod start_offset;
+mod space;
 pub mod watermark;
 mod writer;
 

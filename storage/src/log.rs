@@ -10,31 +10,41 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
 
+use crate::background::{self, Background, LogSlot};
+
 use crate::batch::{self, BatchHeader, TimestampType};
+use crate::budget::Budget;
 use crate::cache::{BatchCache, CacheKey, CachedBatch};
 use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
-use crate::readahead::{self, Continuation, ReadAhead};
+use crate::readahead::{Continuation, ReadAhead};
 use crate::segment::{self, Segment};
 use crate::start_offset::StartOffset;
+use crate::space::FreeSpace;
 use crate::watermark::{Reached, Watermark};
 use crate::writer::{SegmentWriter, WriterLimits};
 
-/// What a shard's logs share: IO settings, the IO mode of the data directory, the batch cache.
+/// What a shard's logs share: IO settings, the IO mode of the data directory, the batch cache,
+/// the budgets for write buffers, reserved space and read-ahead, the background work (flushes,
+/// syncs, timers) and the free-space guard.
 #[derive(Debug)]
 pub struct ShardStorage {
     pub(crate) config: StorageConfig,
     pub(crate) io_mode: ResolvedIoMode,
     pub(crate) cache: BatchCache,
-    pub(crate) readahead: Rc<readahead::Budget>,
+    pub(crate) readahead: Rc<Budget>,
+    pub(crate) write_buffers: Rc<Budget>,
+    pub(crate) reserve_ahead: Rc<Budget>,
+    pub(crate) background: Background,
+    pub(crate) space: FreeSpace,
 }
 
 impl ShardStorage {
@@ -46,23 +56,39 @@ impl ShardStorage {
         io_mode: ResolvedIoMode,
     ) -> Result<Rc<ShardStorage>, IoFailure> {
         file::calibrate_direct_io(data_dir, io_mode).await?;
-        Ok(Rc::new(ShardStorage {
+        let storage = Rc::new(ShardStorage {
             cache: BatchCache::new(config.cache_bytes_max),
-            readahead: readahead::Budget::new(config.readahead_bytes_max),
+            readahead: Budget::new(config.readahead_bytes_max as u64),
+            write_buffers: Budget::new(config.write_buffer_bytes as u64),
+            reserve_ahead: Budget::new(config.preallocate_bytes),
+            background: Background::new(),
+            space: FreeSpace::new(data_dir, config.min_free_bytes),
             config,
             io_mode,
-        }))
+        });
+        Background::start(&storage);
+        Ok(storage)
     }
 
     pub fn cache_used_bytes(&self) -> usize {
         self.cache.used_bytes()
     }
 
+    /// Memory held by write buffers (filling or being written), shard-wide.
+    pub fn write_buffer_used_bytes(&self) -> u64 {
+        self.write_buffers.used_bytes()
+    }
+
+    /// Disk space reserved ahead of the writes of the shard's active segments.
+    pub fn reserved_ahead_bytes(&self) -> u64 {
+        self.reserve_ahead.used_bytes()
+    }
+
     pub(crate) fn writer_limits(&self) -> WriterLimits {
         WriterLimits {
-            buffer_bytes: self.config.write_buffer_bytes,
             in_flight_max: self.config.writes_in_flight_max,
-            preallocate_bytes: self.config.preallocate_bytes,
+            buffers: self.write_buffers.clone(),
+            reserve_ahead: self.reserve_ahead.clone(),
         }
     }
 }
@@ -82,6 +108,9 @@ pub struct AppendInfo {
 
 #[derive(Debug)]
 pub struct Log {
+    /// The log itself, for the shard's background queue.
+    pub(crate) me: Weak<Log>,
+    pub(crate) slot: LogSlot,
     pub(crate) dir: PathBuf,
     pub(crate) shard: Rc<ShardStorage>,
     pub(crate) config: RefCell<LogConfig>,
@@ -240,6 +269,15 @@ impl Log {
             .max_message_bytes
             .min(config.segment_bytes_max as usize);
         let headers = split_batches(&records, batch_bytes_max)?;
+        let record_bytes = records.len() as u64;
+        self.shard
+            .space
+            .check_room()
+            .map_err(|low| AppendError::LowOnSpace {
+                dir: self.shard.space.dir().to_path_buf(),
+                free_bytes: low.free_bytes,
+                min_free_bytes: low.min_free_bytes,
+            })?;
         let _permit = self
             .append_lock
             .acquire()
@@ -295,11 +333,13 @@ impl Log {
             );
             self.end_offset.advance(next_offset);
         }
+        self.shard.space.appended(record_bytes);
         let unsynced = self.state.borrow().unsynced_messages;
         let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
         if sync_by_count {
             self.sync_wanted.advance(next_offset);
         }
+        self.shard.background.notify(self);
         Ok(AppendInfo {
             base_offset,
             last_offset: next_offset - 1,
@@ -319,6 +359,7 @@ impl Log {
     /// Waiters share syncs: one fdatasync covers everything appended before it started.
     pub async fn wait_durable(&self, offset: i64) -> Result<(), SyncError> {
         self.sync_wanted.advance(offset);
+        self.shard.background.notify(self);
         self.wait(&self.durable_offset, offset).await
     }
 
@@ -865,6 +906,7 @@ impl Log {
         }
         self.append_lock.close();
         self.readahead.borrow_mut().take();
+        self.shard.background.forget(self);
         let result = self.close_files().await;
         self.shard.cache.deregister(self.cache_key);
         self.end_offset.close();
@@ -901,6 +943,7 @@ impl Log {
             self.append_lock.close();
         }
         self.readahead.borrow_mut().take();
+        self.shard.background.forget(self);
         self.shard.cache.deregister(self.cache_key);
         self.end_offset.close();
         self.written_offset.close();
@@ -910,49 +953,49 @@ impl Log {
             .map_err(|e| LogError::Io(IoFailure::new("deleting", &self.dir, &e)))
     }
 
-    /// The background work of one log: writes appended bytes out promptly, and runs the syncs
-    /// that waiters and the flush policy ask for, one at a time, each covering everything
-    /// appended before it started (group commit).
-    pub(crate) async fn run_flusher(self: Rc<Self>) {
+    /// Writes appended bytes out and runs the syncs that waiters and the flush policy ask for,
+    /// one at a time, each covering everything appended before it started (group commit),
+    /// until there is nothing left to do. Run by the shard's flusher ([`background`]), one task
+    /// at a time per log.
+    pub(crate) async fn serve(&self) {
         while !self.closed.get() {
             let end = self.end_offset.get();
             let durable = self.durable_offset.get();
-            let unsynced_for = self.flush_ms_due();
-            if self.sync_wanted.get() > durable || unsynced_for == Some(Duration::ZERO) {
+            if self.sync_wanted.get() > durable || self.flush_ms_due() == Some(Duration::ZERO) {
                 if let Err(e) = self.sync(end).await {
                     self.fail(e);
                     return;
                 }
                 continue;
             }
-            if self.written_offset.get() < end {
-                // Let the appends that are ready to run (pipelined requests) go first: one write
-                // then carries them all.
-                future::yield_now().await;
-                let writer = self.state.borrow().writer.clone();
-                if let Err(e) = writer.flush().await {
-                    self.fail(e);
-                    return;
-                }
-                continue;
+            if self.written_offset.get() >= end {
+                return;
             }
-            // Idle: wait for an append, a sync request, or the flush.ms deadline.
-            let appended = self.end_offset.wait_for(end + 1);
-            let sync_asked = self.sync_wanted.wait_for(durable + 1);
-            let deadline = async {
-                match unsynced_for {
-                    Some(d) => glommio::timer::sleep(d).await,
-                    None => future::pending::<()>().await,
-                }
-            };
-            future::or(
-                async {
-                    future::or(appended, sync_asked).await;
-                },
-                deadline,
-            )
-            .await;
+            // Let the appends that are ready to run (pipelined requests) go first: one write
+            // then carries them all.
+            future::yield_now().await;
+            let writer = self.state.borrow().writer.clone();
+            if let Err(e) = writer.flush().await {
+                self.fail(e);
+                return;
+            }
         }
+    }
+
+    /// Whether the shard's timer should have the log served now: data older than `flush.ms`.
+    pub(crate) fn timed_work_due(&self) -> bool {
+        !self.closed.get() && self.flush_ms_due() == Some(Duration::ZERO)
+    }
+
+    /// Gives back reserved space if the writer is idle; whether the timer must keep watching
+    /// the log (data waiting for flush.ms, or space still reserved ahead).
+    pub(crate) fn holds_timed_work(&self) -> bool {
+        if self.closed.get() {
+            return false;
+        }
+        let writer = self.state.borrow().writer.clone();
+        let released = writer.trim_if_idle(background::IDLE_AFTER);
+        !released || self.flush_ms_due().is_some()
     }
 
     /// How long until data not yet synced is `flush.ms` old (zero: due now); `None` when

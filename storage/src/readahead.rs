@@ -7,55 +7,14 @@
 //! there takes it; any other read drops it. All stretches of a shard share one memory budget; a
 //! read that finds it spent reads no further ahead.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::budget::{Budget, Grant};
 use crate::file::SegmentFile;
 use crate::watermark::Watermark;
-
-/// The memory a shard's read-ahead stretches may hold together.
-#[derive(Debug)]
-pub struct Budget {
-    max_bytes: usize,
-    used_bytes: Cell<usize>,
-}
-
-impl Budget {
-    pub fn new(max_bytes: usize) -> Rc<Budget> {
-        Rc::new(Budget {
-            max_bytes,
-            used_bytes: Cell::new(0),
-        })
-    }
-
-    fn reserve(self: &Rc<Self>, bytes: usize) -> Option<Reservation> {
-        let used = self.used_bytes.get();
-        if used + bytes > self.max_bytes {
-            return None;
-        }
-        self.used_bytes.set(used + bytes);
-        Some(Reservation {
-            budget: self.clone(),
-            bytes,
-        })
-    }
-}
-
-/// Bytes of the budget, given back when the stretch is used or dropped.
-#[derive(Debug)]
-struct Reservation {
-    budget: Rc<Budget>,
-    bytes: usize,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let used = self.budget.used_bytes.get();
-        self.budget.used_bytes.set(used - self.bytes);
-    }
-}
 
 /// Where a stretch was read from: the read that may use it must continue exactly there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +33,7 @@ pub struct ReadAhead {
     pub at: Continuation,
     data: Rc<RefCell<Option<Bytes>>>,
     done: Rc<Watermark>,
-    _reservation: Reservation,
+    _reservation: Grant,
 }
 
 impl ReadAhead {
@@ -85,7 +44,7 @@ impl ReadAhead {
         len: usize,
         budget: &Rc<Budget>,
     ) -> Option<ReadAhead> {
-        let reservation = budget.reserve(len)?;
+        let reservation = budget.try_take(len as u64)?;
         let data = Rc::new(RefCell::new(None));
         let done = Rc::new(Watermark::new(0));
         let (slot, finished) = (data.clone(), done.clone());

@@ -15,6 +15,7 @@ use std::rc::Rc;
 
 use crate::fifo_lock::FifoLock;
 
+use crate::background::LogSlot;
 use crate::config::LogConfig;
 use crate::error::{IoFailure, LogError};
 use crate::file::{self, SegmentFile};
@@ -29,9 +30,8 @@ use crate::writer::SegmentWriter;
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 
 impl ShardStorage {
-    /// Opens (or creates) the log in `dir`, recovering it if it was not closed cleanly, and
-    /// starts its background writer. The log must be ended with [`Log::close`] or
-    /// [`Log::delete`].
+    /// Opens (or creates) the log in `dir`, recovering it if it was not closed cleanly. The log
+    /// must be ended with [`Log::close`] or [`Log::delete`].
     pub async fn open_log(
         self: &Rc<Self>,
         dir: &Path,
@@ -79,7 +79,10 @@ impl ShardStorage {
             self.writer_limits(),
             written_offset.clone(),
         ));
-        let log = Rc::new(Log {
+        let start = StartOffset::load(dir, self.io_mode).await?;
+        let log = Rc::new_cyclic(|me| Log {
+            me: me.clone(),
+            slot: LogSlot::default(),
             dir: dir.to_path_buf(),
             shard: self.clone(),
             config: RefCell::new(config),
@@ -99,9 +102,8 @@ impl ShardStorage {
             sync_wanted: Watermark::new(end),
             closed: Cell::new(false),
             readahead: RefCell::new(None),
-            start: StartOffset::load(dir, self.io_mode).await?,
+            start,
         });
-        glommio::spawn_local(log.clone().run_flusher()).detach();
         tracing::debug!(
             log = %dir.display(),
             clean,

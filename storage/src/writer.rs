@@ -20,23 +20,58 @@
 //!
 //! Progress is published in two watermarks: `written_bytes` (file position below which every
 //! byte is on the device) and, for the log, the offset below which every batch is written.
+//!
+//! What a writer holds follows its partition's write rate, within the shard's budgets:
+//! - its bulk buffer is sized by what arrived between the last flushes (doubling while buffers
+//!   fill before anyone waits), from 32 KiB to 1 MiB, memory taken from the shard's write-buffer
+//!   budget and given back when the write completes;
+//! - the disk space it reserves ahead (fallocate) is about a second of its own writes, at most
+//!   64 MiB, taken from the shard's reservation budget. With the budget spent it reserves just
+//!   what the next write covers, before submitting it: a write never extends the file. An idle
+//!   writer gives its reservation back ([`SegmentWriter::trim_if_idle`]), as sealing does.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
+use crate::budget::{Budget, Grant};
 use crate::error::IoFailure;
 use crate::file::{ALIGNMENT, SegmentFile, WriteBuf, align_down, align_up};
 use crate::watermark::{Reached, Watermark};
 
 const PAGE_BYTES: usize = ALIGNMENT as usize;
 
-/// Sizes a writer works with, taken from the shard's storage configuration.
-#[derive(Debug, Clone, Copy)]
+/// Bulk buffers are at least this (unless the shard's whole budget is smaller) ...
+const BUFFER_MIN_BYTES: usize = 32 << 10;
+/// ... and at most this: larger writes gained nothing on the disks measured.
+const BUFFER_MAX_BYTES: usize = 1 << 20;
+/// Space is reserved ahead for about this long at the writer's recent rate ...
+const RESERVE_AHEAD_FOR: Duration = Duration::from_secs(1);
+/// ... within these bounds (the most is what every segment reserved before budgets).
+const RESERVE_AHEAD_MIN_BYTES: u64 = 64 << 10;
+const RESERVE_AHEAD_MAX_BYTES: u64 = 64 << 20;
+
+/// What a writer works with, taken from the shard's storage configuration and budgets.
+#[derive(Debug, Clone)]
 pub struct WriterLimits {
-    pub buffer_bytes: usize,
     pub in_flight_max: usize,
-    pub preallocate_bytes: u64,
+    /// Memory for the shard's write buffers together.
+    pub buffers: Rc<Budget>,
+    /// Disk space the shard's writers may reserve ahead of their writes together.
+    pub reserve_ahead: Rc<Budget>,
+}
+
+impl WriterLimits {
+    /// The largest bulk buffer: 1 MiB, or less when the shard's budget is smaller.
+    fn buffer_max_bytes(&self) -> usize {
+        let budget = usize::try_from(self.buffers.max_bytes()).unwrap_or(usize::MAX);
+        align_down(budget.min(BUFFER_MAX_BYTES) as u64).max(2 * ALIGNMENT) as usize
+    }
+
+    fn buffer_min_bytes(&self) -> usize {
+        BUFFER_MIN_BYTES.min(self.buffer_max_bytes())
+    }
 }
 
 #[derive(Debug)]
@@ -63,13 +98,36 @@ struct TailPage {
     last_write: Option<Rc<Watermark>>,
 }
 
+/// A buffer to write from, and the budget its memory counts against until the write is done.
+#[derive(Debug)]
+struct Buffer {
+    buf: WriteBuf,
+    grant: Grant,
+}
+
+/// The file space reserved for the segment, and how fast the writer went through it.
+#[derive(Debug)]
+struct Reserved {
+    /// The file's size: fallocated up to here.
+    size: u64,
+    /// The part beyond the last submitted write, counted against the shard's budget.
+    ahead: Grant,
+    /// When the last reservation was made, and the write end it was made for: the rate since.
+    at: Instant,
+    from: u64,
+    /// How far ahead the last reservation reached for.
+    stretch: u64,
+}
+
 #[derive(Debug)]
 struct State {
     /// The partial last page, if the end of the log is inside a page already written. While
     /// there is one, the bulk buffer is empty: appends fill the tail page first.
     tail: Option<TailPage>,
     /// The bulk buffer being filled; it starts at the page-aligned position `bulk_pos`.
-    bulk: Option<WriteBuf>,
+    bulk: Option<Buffer>,
+    /// The size of the next bulk buffer: what arrived between recent flushes.
+    next_buffer_bytes: usize,
     bulk_pos: u64,
     bulk_len: usize,
     /// Writes submitted and not yet complete, in submission (and file position) order.
@@ -78,8 +136,9 @@ struct State {
     pending_marks: VecDeque<(u64, i64)>,
     /// The end of the write a flush is waiting for; other flushes join it.
     flush_in_progress: Option<u64>,
-    /// File size reserved by preallocation.
-    preallocated: u64,
+    reserved: Reserved,
+    /// When the last write was submitted: an idle writer gives its reservation back.
+    last_submit: Instant,
     error: Option<IoFailure>,
 }
 
@@ -117,10 +176,11 @@ impl SegmentWriter {
             "tail must be the partial page"
         );
         let limits = WriterLimits {
-            buffer_bytes: (align_up(limits.buffer_bytes as u64).max(2 * ALIGNMENT)) as usize,
             in_flight_max: limits.in_flight_max.max(1),
-            preallocate_bytes: limits.preallocate_bytes,
+            ..limits
         };
+        let now = Instant::now();
+        let (ahead, buffer_bytes) = (limits.reserve_ahead.empty(), limits.buffer_min_bytes());
         let tail_page = (!tail.is_empty()).then(|| TailPage {
             pos: page,
             data: tail.to_vec(),
@@ -138,12 +198,20 @@ impl SegmentWriter {
             state: RefCell::new(State {
                 tail: tail_page,
                 bulk: None,
+                next_buffer_bytes: buffer_bytes,
                 bulk_pos,
                 bulk_len: 0,
                 in_flight: VecDeque::new(),
                 pending_marks: VecDeque::new(),
                 flush_in_progress: None,
-                preallocated,
+                reserved: Reserved {
+                    size: preallocated,
+                    ahead,
+                    at: now,
+                    from: position,
+                    stretch: 0,
+                },
+                last_submit: now,
                 error: None,
             }),
             written_bytes: Watermark::new(position as i64),
@@ -188,14 +256,23 @@ impl SegmentWriter {
                 continue;
             }
             let len = s.bulk_len;
-            let buf = s
-                .bulk
-                .get_or_insert_with(|| self.file.alloc(self.limits.buffer_bytes));
-            let n = rest.len().min(buf.len() - len);
-            buf.as_bytes_mut()[len..len + n].copy_from_slice(&rest[..n]);
+            if s.bulk.is_none() {
+                let bulk = self.new_bulk(s.next_buffer_bytes);
+                s.bulk = Some(bulk);
+            }
+            let Some(bulk) = s.bulk.as_mut() else {
+                unreachable!("a bulk buffer was just put in place")
+            };
+            let capacity = bulk.buf.len();
+            let n = rest.len().min(capacity - len);
+            bulk.buf.as_bytes_mut()[len..len + n].copy_from_slice(&rest[..n]);
             s.bulk_len += n;
             rest = &rest[n..];
-            let full = s.bulk_len == self.limits.buffer_bytes;
+            let full = s.bulk_len == capacity;
+            if full {
+                // Filled before anyone waited: the partition writes faster than that.
+                s.next_buffer_bytes = (capacity * 2).min(self.limits.buffer_max_bytes());
+            }
             drop(s);
             if full {
                 self.submit_bulk_full();
@@ -208,9 +285,22 @@ impl SegmentWriter {
             .push_back((end, next_offset));
     }
 
+    /// A bulk buffer of about `want` bytes, as much of it as the shard's budget has room for
+    /// but never under the minimum: a writer must be able to go on (the budget is exceeded by
+    /// at most one minimum buffer per partition writing at that moment).
+    fn new_bulk(&self, want: usize) -> Buffer {
+        let min = self.limits.buffer_min_bytes();
+        let room = usize::try_from(self.limits.buffers.free_bytes()).unwrap_or(usize::MAX);
+        let len = align_down(want.min(room) as u64).max(min as u64);
+        Buffer {
+            buf: self.file.alloc(len as usize),
+            grant: self.limits.buffers.take_over(len),
+        }
+    }
+
     /// Waits until the bytes appended and not yet written fit the write-behind window.
     pub async fn wait_for_room(&self) -> Result<(), IoFailure> {
-        let window = (self.limits.in_flight_max * self.limits.buffer_bytes) as u64;
+        let window = (self.limits.in_flight_max * self.limits.buffer_max_bytes()) as u64;
         let level = self.position().saturating_sub(window);
         self.wait_written(level).await
     }
@@ -250,10 +340,43 @@ impl SegmentWriter {
         }
     }
 
-    /// Flushes, and gives back the file's logical size.
+    /// Flushes, and gives back the file's logical size. The caller trims the file to it: the
+    /// reservation ahead is given back to the shard.
     pub async fn finish(self: &Rc<Self>) -> Result<u64, IoFailure> {
         self.flush().await?;
-        Ok(self.position())
+        let mut s = self.state.borrow_mut();
+        s.reserved.ahead.resize(0);
+        s.reserved.size = s.position();
+        Ok(s.position())
+    }
+
+    /// Gives the space reserved ahead back (its blocks after the last page are freed) if nothing
+    /// was submitted for `idle_for` and no write is in flight. Returns whether the writer holds
+    /// nothing more to give back. Blocking and on the shard, like fallocate: no write can be
+    /// submitted while it runs.
+    pub fn trim_if_idle(&self, idle_for: Duration) -> bool {
+        let mut s = self.state.borrow_mut();
+        let end = align_up(s.position());
+        if s.reserved.size <= end {
+            return true;
+        }
+        if !s.in_flight.is_empty() || s.last_submit.elapsed() < idle_for || s.error.is_some() {
+            return false;
+        }
+        match self.file.release(end, s.reserved.size) {
+            Ok(()) => {
+                s.reserved.size = end;
+                s.reserved.ahead.resize(0);
+                s.reserved.stretch = 0;
+                true
+            }
+            Err(e) => {
+                // Not worth retrying (the filesystem may not punch holes): the space comes back
+                // when the segment is sealed.
+                tracing::debug!(error = %e, "giving back reserved space failed");
+                true
+            }
+        }
     }
 
     async fn wait_written(&self, position: u64) -> Result<(), IoFailure> {
@@ -287,8 +410,11 @@ impl SegmentWriter {
         let (buf, pos, len, depends_on, done) = {
             let mut s = self.state.borrow_mut();
             let Some(tail) = s.tail.as_mut() else { return };
-            let mut buf = self.file.alloc(PAGE_BYTES);
-            let bytes = buf.as_bytes_mut();
+            let mut buf = Buffer {
+                buf: self.file.alloc(PAGE_BYTES),
+                grant: self.limits.buffers.take_over(ALIGNMENT),
+            };
+            let bytes = buf.buf.as_bytes_mut();
             bytes[..tail.data.len()].copy_from_slice(&tail.data);
             bytes[tail.data.len()..].fill(0);
             let done = Rc::new(Watermark::new(0));
@@ -306,27 +432,30 @@ impl SegmentWriter {
 
     /// Submits the full bulk buffer; the next one starts right after it.
     fn submit_bulk_full(self: &Rc<Self>) {
-        let (buf, pos, len) = {
+        let (bulk, pos, len) = {
             let mut s = self.state.borrow_mut();
-            let Some(buf) = s.bulk.take() else { return };
+            let Some(bulk) = s.bulk.take() else { return };
             let (pos, len) = (s.bulk_pos, s.bulk_len);
             s.bulk_pos += len as u64;
             s.bulk_len = 0;
-            (buf, pos, len)
+            (bulk, pos, len)
         };
-        self.submit(buf, pos, len, None, Rc::new(Watermark::new(0)));
+        self.submit(bulk, pos, len, None, Rc::new(Watermark::new(0)));
     }
 
     /// Submits what the bulk buffer holds, its last page padded with zeros; that partial page
     /// becomes the tail page.
     fn submit_bulk_partial(self: &Rc<Self>) {
         let done = Rc::new(Watermark::new(0));
-        let (buf, pos, len) = {
+        let (bulk, pos, len) = {
             let mut s = self.state.borrow_mut();
-            let Some(mut buf) = s.bulk.take() else { return };
+            let Some(mut bulk) = s.bulk.take() else { return };
             let (pos, len) = (s.bulk_pos, s.bulk_len);
+            // What arrived since the last flush: the next buffer holds about twice that.
+            s.next_buffer_bytes = (align_up(2 * len as u64) as usize)
+                .clamp(self.limits.buffer_min_bytes(), self.limits.buffer_max_bytes());
             let padded = align_up(len as u64) as usize;
-            buf.as_bytes_mut()[len..padded].fill(0);
+            bulk.buf.as_bytes_mut()[len..padded].fill(0);
             let whole_pages = align_down(len as u64) as usize;
             s.bulk_len = 0;
             if whole_pages == len {
@@ -335,22 +464,22 @@ impl SegmentWriter {
                 let page = pos + whole_pages as u64;
                 s.tail = Some(TailPage {
                     pos: page,
-                    data: buf.as_bytes()[whole_pages..len].to_vec(),
+                    data: bulk.buf.as_bytes()[whole_pages..len].to_vec(),
                     dirty: false,
                     last_write: Some(done.clone()),
                 });
                 s.bulk_pos = page + ALIGNMENT;
             }
-            (buf, pos, len)
+            (bulk, pos, len)
         };
-        self.submit(buf, pos, len, None, done);
+        self.submit(bulk, pos, len, None, done);
     }
 
     /// Starts writing `len` logical bytes of `buf` at `pos` (padded to the alignment), after
     /// `depends_on` completes; `done` is advanced when it completes.
     fn submit(
         self: &Rc<Self>,
-        buf: WriteBuf,
+        buf: Buffer,
         pos: u64,
         len: usize,
         depends_on: Option<Rc<Watermark>>,
@@ -358,40 +487,56 @@ impl SegmentWriter {
     ) {
         let padded = align_up(len as u64);
         self.reserve_space(pos + padded);
-        self.state.borrow_mut().in_flight.push_back(InFlight {
+        let mut s = self.state.borrow_mut();
+        s.in_flight.push_back(InFlight {
             end: pos + len as u64,
             done: done.clone(),
         });
+        s.last_submit = Instant::now();
+        drop(s);
         let this = self.clone();
         glommio::spawn_local(async move {
             if let Some(prev) = depends_on {
                 prev.wait_for(1).await;
             }
+            let Buffer { buf, grant } = buf;
             let result = this.file.write_at(buf, padded as usize, pos).await;
+            drop(grant);
             done.advance(1);
             this.complete(result);
         })
         .detach();
     }
 
-    /// Makes sure the file's space is reserved up to `end` and half a stretch beyond, so writes
-    /// never extend the file (ext4 cannot do that without blocking). Best effort: writes past
-    /// the reserved space still work, only slower.
+    /// Makes sure the file's space is reserved up to `end` before a write reaches there, so
+    /// writes never extend the file (ext4 cannot do that without blocking), and ahead of it by
+    /// about [`RESERVE_AHEAD_FOR`] of this writer's recent writes, as far as the shard's budget
+    /// allows. With the budget spent, exactly up to `end`: one fallocate per write, still on
+    /// the shard (through io_uring it would wait for a worker thread on a busy core).
     fn reserve_space(&self, end: u64) {
-        let stretch = self.limits.preallocate_bytes;
         let mut s = self.state.borrow_mut();
-        if stretch == 0 || end + stretch / 2 <= s.preallocated {
+        let r = &mut s.reserved;
+        if end + r.stretch / 2 <= r.size {
+            r.ahead.resize(r.size - end);
             return;
         }
-        let size = end + stretch;
-        match self.file.preallocate(size) {
-            Ok(()) => s.preallocated = size,
-            Err(e) => {
-                tracing::debug!(error = %e, "preallocation failed");
-                // Do not try again for every write.
-                s.preallocated = size;
+        let elapsed = r.at.elapsed().as_secs_f64().max(1e-3);
+        let rate = end.saturating_sub(r.from) as f64 / elapsed;
+        let want = ((rate * RESERVE_AHEAD_FOR.as_secs_f64()) as u64)
+            .clamp(RESERVE_AHEAD_MIN_BYTES, RESERVE_AHEAD_MAX_BYTES);
+        let ahead = align_down(want.min(r.ahead.room()));
+        let size = (end + ahead).max(r.size);
+        (r.at, r.from, r.stretch) = (Instant::now(), end, ahead);
+        if size > r.size {
+            match self.file.preallocate(r.size, size) {
+                Ok(()) => r.size = size,
+                // The write goes on and extends the file (slower); the free-space guard is
+                // there so that this does not happen for want of space.
+                Err(e) => tracing::warn!(error = %e, "reserving space for a segment failed"),
             }
         }
+        let ahead = r.size.saturating_sub(end);
+        r.ahead.resize(ahead);
     }
 
     /// Records completed writes: the written watermarks advance over the completed prefix.

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use common::*;
-use storage::batch::{self, BatchHeader};
+use storage::batch;
 use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig, TimestampType};
 
 /// Appends `n` batches of `count` records and returns each batch as the log now holds it.
@@ -20,26 +20,6 @@ async fn append_batches(log: &Log, n: usize, count: i32, value_bytes: usize) -> 
         assert_eq!(info.last_offset - info.base_offset + 1, i64::from(count));
         batch::assign_offsets(&mut expected, info.base_offset, 3);
         out.push(expected.freeze());
-    }
-    out
-}
-
-/// Reads the whole log from `from` and returns its batches.
-async fn read_all(log: &Log, from: i64) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut offset = from;
-    while offset < log.log_end_offset() {
-        let batches = log
-            .read(offset, 100_000, log.log_end_offset())
-            .await
-            .expect("read");
-        assert!(!batches.is_empty(), "read at {offset} made no progress");
-        for b in batches {
-            let h = BatchHeader::parse(&b).unwrap();
-            assert!(h.last_offset() >= offset);
-            offset = h.next_offset();
-            out.push(b);
-        }
     }
     out
 }

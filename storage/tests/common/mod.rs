@@ -76,3 +76,23 @@ pub fn buffered() -> StorageConfig {
         ..small_storage_config()
     }
 }
+
+/// Reads the whole log from `from` and returns its batches.
+pub async fn read_all(log: &Log, from: i64) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while offset < log.log_end_offset() {
+        let batches = log
+            .read(offset, 100_000, log.log_end_offset())
+            .await
+            .expect("read");
+        assert!(!batches.is_empty(), "read at {offset} made no progress");
+        for b in batches {
+            let h = storage::BatchHeader::parse(&b).unwrap();
+            assert!(h.last_offset() >= offset);
+            offset = h.next_offset();
+            out.push(b);
+        }
+    }
+    out
+}

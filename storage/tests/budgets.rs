@@ -1,0 +1,139 @@
+//! Per-partition costs within shard-wide budgets: write buffers and space reserved ahead follow
+//! what partitions write, an idle partition gives its share back, and the free-space guard
+//! refuses appends whole.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use storage::{AppendError, LogConfig, StorageConfig};
+
+/// Bytes allocated on disk under `dir` (what `du` counts).
+fn allocated_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            if p.is_dir() {
+                allocated_bytes(&p)
+            } else {
+                std::fs::metadata(&p).unwrap().blocks() * 512
+            }
+        })
+        .sum()
+}
+
+fn budgets() -> StorageConfig {
+    StorageConfig {
+        write_buffer_bytes: 1 << 20,
+        preallocate_bytes: 4 << 20,
+        ..small_storage_config()
+    }
+}
+
+fn big_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 256 << 20,
+        ..small_log_config()
+    }
+}
+
+#[test]
+fn many_writing_partitions_share_the_budgets_and_idle_ones_give_them_back() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = budgets();
+        let shard = shard(dir.path(), config.clone()).await;
+        let mut logs = Vec::new();
+        for i in 0..64 {
+            logs.push(open(&shard, &dir.path().join(format!("p-{i}")), big_segments()).await);
+        }
+        let mut written = 0u64;
+        let mut reserved_max = 0;
+        for round in 0..20 {
+            for log in &logs {
+                let bytes = records(16, 1000, round);
+                written += bytes.len() as u64;
+                let info = log.append(bytes, 0).await.unwrap();
+                log.wait_written(info.next_offset).await.unwrap();
+                reserved_max = reserved_max.max(shard.reserved_ahead_bytes());
+                // Soft by at most one minimum buffer per writing partition, none of which
+                // waits here: the budget holds.
+                assert!(shard.write_buffer_used_bytes() <= config.write_buffer_bytes as u64);
+            }
+        }
+        assert!(
+            reserved_max <= config.preallocate_bytes,
+            "reserved ahead {reserved_max} within the shard's budget"
+        );
+        assert!(reserved_max > 0, "writers do reserve ahead");
+        // Every writer idle: the timer gives the space back.
+        glommio::timer::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(shard.reserved_ahead_bytes(), 0);
+        assert_eq!(shard.write_buffer_used_bytes(), 0);
+        let allocated = allocated_bytes(dir.path());
+        // Each log's last page may be whole on disk, and file systems allocate in blocks.
+        assert!(
+            allocated <= written + 64 * 2 * 4096,
+            "allocated {allocated} for {written} written"
+        );
+        for log in &logs {
+            let end = log.log_end_offset();
+            assert_eq!(read_all(log, 0).await.len(), 20);
+            log.close().await.unwrap();
+            let log = open(&shard, log.dir(), big_segments()).await;
+            assert_eq!(log.log_end_offset(), end, "nothing lost with the reservation");
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_fast_writer_reserves_more_ahead_than_a_slow_one_and_never_extends_its_file() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), budgets()).await;
+        let fast = open(&shard, &dir.path().join("fast"), big_segments()).await;
+        for seed in 0..200 {
+            fast.append(records(16, 1000, seed), 0).await.unwrap();
+        }
+        fast.wait_written(fast.log_end_offset()).await.unwrap();
+        let reserved_fast = shard.reserved_ahead_bytes();
+        assert!(
+            reserved_fast > 256 << 10,
+            "a fast writer reserves well ahead: {reserved_fast}"
+        );
+        let file = dir.path().join("fast").join("00000000000000000000.log");
+        let size = std::fs::metadata(&file).unwrap().len();
+        assert!(size >= fast.size_bytes(), "space is reserved before it is written");
+        fast.close().await.unwrap();
+        assert_eq!(shard.reserved_ahead_bytes(), 0, "a clean close trims");
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), fast.size_bytes());
+    });
+}
+
+#[test]
+fn the_free_space_guard_refuses_appends_whole() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig {
+            min_free_bytes: Some(u64::MAX),
+            ..budgets()
+        };
+        let shard = shard(dir.path(), config).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let refused = log.append(records(3, 100, 1), 0).await;
+        match refused {
+            Err(AppendError::LowOnSpace { min_free_bytes, .. }) => {
+                assert_eq!(min_free_bytes, u64::MAX)
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(log.log_end_offset(), 0, "nothing appended");
+        log.close().await.unwrap();
+    });
+}
