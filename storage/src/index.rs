@@ -2,7 +2,8 @@
 //! offset to a byte position (4 + 4 bytes an entry), the time index maps a timestamp to a
 //! relative offset (8 + 4 bytes). One entry per `index.interval.bytes` of log.
 //!
-//! Both live in memory while the segment is open; they are written to their files when the
+//! The active segment's live in memory; a sealed segment's load on first use and may be
+//! dropped under the shard's budget (`index_budget`). They are written to their files when the
 //! segment is sealed or the log is closed cleanly, and rebuilt from the log when a file is missing
 //! or does not hold together.
 
@@ -67,6 +68,11 @@ impl OffsetIndex {
 
     pub fn last(&self) -> Option<OffsetEntry> {
         self.entries.last().copied()
+    }
+
+    /// The size of the index in its file format.
+    pub fn bytes(&self) -> u64 {
+        (self.entries.len() * Self::ENTRY_BYTES) as u64
     }
 
     /// Drops entries at or past `position` (truncation).
@@ -139,6 +145,11 @@ impl TimeIndex {
 
     pub fn last(&self) -> Option<TimeEntry> {
         self.entries.last().copied()
+    }
+
+    /// The size of the index in its file format.
+    pub fn bytes(&self) -> u64 {
+        (self.entries.len() * Self::ENTRY_BYTES) as u64
     }
 
     pub fn truncate_to_offset(&mut self, relative_offset: u32) {

@@ -14,6 +14,7 @@
 //! - `budget`: shard-wide byte budgets (write buffers, space reserved ahead, indexes, read-ahead).
 //! - [`file`]: the seam to glommio's files; direct IO or buffered fallback.
 //! - [`index`]: the sparse offset and time indexes and their file formats.
+//! - `index_budget`: the loaded indexes of sealed segments under a per-shard budget.
 //! - [`writer`]: aligned write-behind buffers for the active segment.
 //! - [`segment`]: one segment: bookkeeping, validation scans, reads.
 //! - [`cache`]: the per-shard cache of recent batches under a memory budget.
@@ -35,6 +36,7 @@ pub mod error;
 pub mod fifo_lock;
 mod file;
 mod index;
+mod index_budget;
 pub mod log;
 mod readahead;
 mod recovery;

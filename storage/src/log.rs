@@ -25,6 +25,7 @@ use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
+use crate::index_budget::IndexBudget;
 use crate::readahead::{Continuation, ReadAhead};
 use crate::segment::{self, Segment};
 use crate::start_offset::StartOffset;
@@ -45,6 +46,7 @@ pub struct ShardStorage {
     pub(crate) reserve_ahead: Rc<Budget>,
     pub(crate) background: Background,
     pub(crate) space: FreeSpace,
+    pub(crate) indexes: IndexBudget,
 }
 
 impl ShardStorage {
@@ -63,6 +65,7 @@ impl ShardStorage {
             reserve_ahead: Budget::new(config.preallocate_bytes),
             background: Background::new(),
             space: FreeSpace::new(data_dir, config.min_free_bytes),
+            indexes: IndexBudget::new(config.index_bytes_max as u64),
             config,
             io_mode,
         });
@@ -77,6 +80,11 @@ impl ShardStorage {
     /// Memory held by write buffers (filling or being written), shard-wide.
     pub fn write_buffer_used_bytes(&self) -> u64 {
         self.write_buffers.used_bytes()
+    }
+
+    /// Memory held by the loaded indexes of sealed segments, shard-wide.
+    pub fn index_used_bytes(&self) -> u64 {
+        self.indexes.used_bytes()
     }
 
     /// Disk space reserved ahead of the writes of the shard's active segments.
@@ -227,15 +235,66 @@ impl Log {
             .sum()
     }
 
-    /// The newest record timestamp in the log, if it has records.
-    pub fn max_timestamp(&self) -> Option<i64> {
-        self.state
-            .borrow()
-            .segments
-            .values()
-            .map(|s| s.max_timestamp_ms)
-            .max()
-            .filter(|&t| t != i64::MIN)
+    /// The newest record timestamp in the log, if it has records. Loads the indexes of sealed
+    /// segments that are not in memory (their time index holds their newest timestamp).
+    pub async fn max_timestamp(&self) -> Result<Option<i64>, ReadError> {
+        let bases: Vec<i64> = self.state.borrow().segments.keys().copied().collect();
+        let mut max = i64::MIN;
+        for base in bases {
+            self.ensure_index(base).await.map_err(ReadError::Storage)?;
+            if let Some(s) = self.state.borrow().segments.get(&base) {
+                max = max.max(s.max_timestamp_ms);
+            }
+        }
+        Ok(Some(max).filter(|&t| t != i64::MIN))
+    }
+
+    /// Puts the indexes of the sealed segment at `base` in memory if they are not (and the
+    /// segment is still there), counting them in the shard's index budget.
+    pub(crate) async fn ensure_index(&self, base: i64) -> Result<(), IoFailure> {
+        let sealed = match self.state.borrow().segments.get(&base) {
+            Some(s) if !s.index_loaded => {
+                Segment::sealed(base, s.file.clone(), s.size_bytes, s.next_offset)
+            }
+            _ => return Ok(()),
+        };
+        let config = self.config();
+        let loaded = self
+            .shard
+            .load_sealed_segment(&self.dir, &sealed, &config)
+            .await
+            .map_err(|e| match e {
+                LogError::Io(failure) => failure,
+                other => IoFailure::new(
+                    "loading the indexes of",
+                    sealed.file.path(),
+                    &std::io::Error::other(other.to_string()),
+                ),
+            })?;
+        let bytes = match self.state.borrow_mut().segments.get_mut(&base) {
+            Some(s) if !s.index_loaded => {
+                s.take_index(loaded);
+                s.index_bytes()
+            }
+            _ => return Ok(()),
+        };
+        self.shard.indexes.loaded(self.me.clone(), base, bytes);
+        Ok(())
+    }
+
+    /// Frees the indexes of a sealed segment (the shard's index budget asks). Never the active
+    /// segment's: it is being built.
+    pub(crate) fn drop_index(&self, base: i64) {
+        // Called with no log's state borrowed; if this one's were, keeping the index is safe.
+        let Ok(mut state) = self.state.try_borrow_mut() else {
+            return;
+        };
+        if base == state.active().base_offset {
+            return;
+        }
+        if let Some(s) = state.segments.get_mut(&base) {
+            s.drop_index();
+        }
     }
 
     pub fn segment_count(&self) -> usize {
@@ -432,7 +491,14 @@ impl Log {
             .segments
             .insert(next, Segment::new(next, file, now_ms()));
         state.writer = writer;
+        let sealed_bytes = state.segments.get(&base_offset).map(Segment::index_bytes);
         drop(state);
+        // The sealed segment's indexes stay in memory, now under the shard's budget.
+        if let Some(bytes) = sealed_bytes {
+            self.shard
+                .indexes
+                .loaded(self.me.clone(), base_offset, bytes);
+        }
         // Everything before the new segment was synced by the seal.
         self.durable_offset.advance(next);
         let mut state = self.state.borrow_mut();
@@ -492,6 +558,20 @@ impl Log {
         upper_bound: i64,
     ) -> Result<Vec<Bytes>, ReadError> {
         loop {
+            let unloaded = self
+                .state
+                .borrow()
+                .segments
+                .range(..=offset)
+                .next_back()
+                .filter(|(_, s)| !s.index_loaded)
+                .map(|(&base, _)| base);
+            // (Recent batches, which the cache may hold, are in the active segment, always
+            // loaded.)
+            if let Some(base) = unloaded {
+                self.ensure_index(base).await.map_err(ReadError::Storage)?;
+                continue;
+            }
             let (file, start, readable, generation, upper, segment_base) = {
                 let state = self.state.borrow();
                 if self.closed.get() {
@@ -651,14 +731,29 @@ impl Log {
         &self,
         timestamp_ms: i64,
     ) -> Result<Option<(i64, i64)>, ReadError> {
+        let bases: Vec<i64> = self.state.borrow().segments.keys().copied().collect();
+        let mut found = None;
+        for base in bases {
+            self.ensure_index(base).await.map_err(ReadError::Storage)?;
+            let newer = self
+                .state
+                .borrow()
+                .segments
+                .get(&base)
+                .is_some_and(|s| s.max_timestamp_ms >= timestamp_ms);
+            if newer {
+                found = Some(base);
+                break;
+            }
+        }
+        let Some(base) = found else {
+            return Ok(None);
+        };
         let mut offset = {
             let state = self.state.borrow();
-            let Some(segment) = state
-                .segments
-                .values()
-                .find(|s| s.max_timestamp_ms >= timestamp_ms)
-            else {
-                return Ok(None);
+            let Some(segment) = state.segments.get(&base) else {
+                // Retention took it meanwhile: the search starts at the log start.
+                return Box::pin(self.offset_for_timestamp(timestamp_ms)).await;
             };
             segment
                 .time_index
@@ -730,30 +825,40 @@ impl Log {
         if roll_for_time {
             self.roll().await.map_err(|e| self.fail(e))?;
         }
-        let doomed: Vec<i64> = {
+        // (base offset, next offset, size) of each sealed segment, oldest first.
+        let (sealed, mut total): (Vec<(i64, i64, u64)>, u64) = {
             let state = self.state.borrow();
-            let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
+            let total = state.segments.values().map(|s| s.size_bytes).sum();
             let sealed = state.segments.values().take(state.segments.len() - 1);
-            let mut doomed = Vec::new();
-            let records_start = self.start.get();
-            for s in sealed {
-                if s.next_offset <= records_start {
-                    // Below where DeleteRecords moved the start (left by a crash).
-                    total -= s.size_bytes;
-                    doomed.push(s.base_offset);
-                    continue;
-                }
-                let over_size = config
-                    .retention_bytes
-                    .is_some_and(|max| total.saturating_sub(s.size_bytes) >= max);
-                if !(expired(s) || over_size) {
+            (
+                sealed
+                    .map(|s| (s.base_offset, s.next_offset, s.size_bytes))
+                    .collect(),
+                total,
+            )
+        };
+        let records_start = self.start.get();
+        let mut doomed = Vec::new();
+        for (base, next, size) in sealed {
+            // Below where DeleteRecords moved the start (left by a crash): doomed regardless.
+            let below_start = next <= records_start;
+            let over_size = config
+                .retention_bytes
+                .is_some_and(|max| total.saturating_sub(size) >= max);
+            if !(below_start || over_size) {
+                if config.retention_ms.is_none() {
                     break;
                 }
-                total -= s.size_bytes;
-                doomed.push(s.base_offset);
+                // Its newest timestamp is in its time index.
+                self.ensure_index(base).await?;
+                let state = self.state.borrow();
+                if !state.segments.get(&base).is_some_and(expired) {
+                    break;
+                }
             }
-            doomed
-        };
+            total -= size;
+            doomed.push(base);
+        }
         self.delete_segments(&doomed, "retention").await?;
         Ok(doomed.len())
     }
@@ -845,14 +950,14 @@ impl Log {
                 self.delete_segment_files(segment).await?;
             }
         }
-        let mut segment = {
-            let mut state = self.state.borrow_mut();
-            let base = state.active().base_offset;
-            state
-                .segments
-                .remove(&base)
-                .expect("the active segment is in the map")
-        };
+        let base = self.state.borrow().active().base_offset;
+        self.ensure_index(base).await?;
+        let mut segment = self
+            .state
+            .borrow_mut()
+            .segments
+            .remove(&base)
+            .expect("the active segment is in the map");
         let base = segment.base_offset;
         // The segment (maybe sealed before) becomes the active one: its index files go stale.
         for path in [

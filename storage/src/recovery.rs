@@ -1,11 +1,14 @@
 //! Opening a log directory: finding its segments, trusting what a clean shutdown left, and
 //! validating what an unclean stop may have torn.
 //!
-//! After a clean shutdown (the marker file is there) every segment's index files are trusted and
-//! only the few batches after each segment's last index entry are read. After an unclean stop
-//! the last segment is read whole, batch by batch with CRCs, and cut at the first batch that is
-//! torn, corrupt, or out of sequence. Sealed segments were synced with their indexes when they
-//! were sealed; one whose index files are missing or do not hold together is read whole and
+//! A start reads only the active (last) segment: sealed segments are known by their file size
+//! and the next segment's base offset, and their indexes load on first use
+//! ([`ShardStorage::load_sealed_segment`]), so a start costs per partition, not per byte kept.
+//! After a clean shutdown (the marker file is there) the active segment's index files are
+//! trusted and only the few batches after its last index entry are read. After an unclean stop
+//! it is read whole, batch by batch with CRCs, and cut at the first batch that is torn, corrupt,
+//! or out of sequence. Sealed segments were synced with their indexes when they were sealed;
+//! one whose index files are missing or do not hold together is read whole when first used and
 //! its indexes are rebuilt.
 
 use std::cell::{Cell, RefCell};
@@ -124,10 +127,55 @@ impl ShardStorage {
         config: &LogConfig,
     ) -> Result<Segment, LogError> {
         let path = segment::log_path(dir, base);
-        let file = SegmentFile::open(&path, self.io_mode, false).await?;
+        let file = Rc::new(SegmentFile::open(&path, self.io_mode, false).await?);
         let file_bytes = file.size().await?;
-        let mut segment = Segment::new(base, Rc::new(file), now_ms());
-        let trusted = if last && !clean {
+        match next_base {
+            Some(next) if !last => Ok(Segment::sealed(base, file, file_bytes, next)),
+            _ => {
+                self.read_segment(dir, base, file, file_bytes, last, clean, next_base, config)
+                    .await
+            }
+        }
+    }
+
+    /// Reads the indexes of a sealed segment that is not in memory (on first use): from its
+    /// index files, or rebuilt from the segment if they are missing or do not hold together.
+    pub(crate) async fn load_sealed_segment(
+        &self,
+        dir: &Path,
+        sealed: &Segment,
+        config: &LogConfig,
+    ) -> Result<Segment, LogError> {
+        self.read_segment(
+            dir,
+            sealed.base_offset,
+            sealed.file.clone(),
+            sealed.size_bytes,
+            false,
+            true,
+            Some(sealed.next_offset),
+            config,
+        )
+        .await
+    }
+
+    /// A segment read from disk with its indexes: the active one at open, a sealed one when
+    /// first used. `trust_indexes`: the index files were saved by a clean close or a seal.
+    #[allow(clippy::too_many_arguments)] // one private helper of the two callers above
+    async fn read_segment(
+        &self,
+        dir: &Path,
+        base: i64,
+        file: Rc<SegmentFile>,
+        file_bytes: u64,
+        last: bool,
+        trust_indexes: bool,
+        next_base: Option<i64>,
+        config: &LogConfig,
+    ) -> Result<Segment, LogError> {
+        let path = segment::log_path(dir, base);
+        let mut segment = Segment::new(base, file, now_ms());
+        let trusted = if !trust_indexes {
             None
         } else {
             self.load_indexes(dir, base, file_bytes).await

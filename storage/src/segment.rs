@@ -47,6 +47,10 @@ pub struct Segment {
     offset_of_max_timestamp: i64,
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
+    /// Whether the indexes (and the newest timestamp, which comes from the time index) are in
+    /// memory. Always for the active segment; a sealed one's load on first use and may be
+    /// dropped again under the shard's index budget, so a start reads none of them.
+    pub index_loaded: bool,
     bytes_since_index_entry: u64,
     /// Wall-clock time the segment started taking appends, for `segment.ms`.
     pub created_ms: u64,
@@ -72,9 +76,43 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
+            index_loaded: true,
             bytes_since_index_entry: 0,
             created_ms,
         }
+    }
+
+    /// A sealed segment whose indexes are not loaded: what a start knows without reading.
+    /// Sealed segments were trimmed to their size and are followed by the next one's base.
+    pub fn sealed(base_offset: i64, file: Rc<SegmentFile>, size_bytes: u64, next_offset: i64) -> Segment {
+        let mut segment = Segment::new(base_offset, file, 0);
+        segment.size_bytes = size_bytes;
+        segment.next_offset = next_offset;
+        segment.index_loaded = false;
+        segment
+    }
+
+    /// Takes the indexes (and newest timestamp) of `loaded`, the same segment read from disk.
+    pub fn take_index(&mut self, loaded: Segment) {
+        self.offset_index = loaded.offset_index;
+        self.time_index = loaded.time_index;
+        self.max_timestamp_ms = loaded.max_timestamp_ms;
+        self.offset_of_max_timestamp = loaded.offset_of_max_timestamp;
+        self.index_loaded = true;
+    }
+
+    /// Frees the memory of a sealed segment's indexes; they load again on next use.
+    pub fn drop_index(&mut self) {
+        self.offset_index = OffsetIndex::default();
+        self.time_index = TimeIndex::default();
+        self.max_timestamp_ms = i64::MIN;
+        self.offset_of_max_timestamp = self.base_offset;
+        self.index_loaded = false;
+    }
+
+    /// Memory the indexes take, in their file formats' sizes.
+    pub fn index_bytes(&self) -> u64 {
+        self.offset_index.bytes() + self.time_index.bytes()
     }
 
     pub fn is_empty(&self) -> bool {

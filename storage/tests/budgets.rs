@@ -137,3 +137,42 @@ fn the_free_space_guard_refuses_appends_whole() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn sealed_indexes_load_on_first_use_and_stay_within_the_shard_budget() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log_config = small_log_config();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), log_config.clone()).await;
+        for seed in 0..200 {
+            log.append(records(4, 700, seed), 0).await.unwrap();
+        }
+        assert!(log.segment_count() > 5);
+        let everything = read_all(&log, 0).await;
+        let newest = log.max_timestamp().await.unwrap();
+        log.close().await.unwrap();
+
+        let budget = 256;
+        let shard = common::shard(
+            dir.path(),
+            StorageConfig {
+                index_bytes_max: budget,
+                ..small_storage_config()
+            },
+        )
+        .await;
+        let log = open(&shard, dir.path(), log_config).await;
+        assert_eq!(shard.index_used_bytes(), 0, "a clean start reads no index");
+        assert_eq!(read_all(&log, 0).await, everything);
+        let one_segment = (64 << 10) / 1024 * 20; // 64 KiB segments, 8 + 12 bytes a KiB
+        assert!(
+            shard.index_used_bytes() <= budget as u64 + one_segment,
+            "{} bytes of indexes loaded",
+            shard.index_used_bytes()
+        );
+        assert_eq!(log.max_timestamp().await.unwrap(), newest);
+        assert!(log.offset_for_timestamp(0).await.unwrap().is_some());
+        log.close().await.unwrap();
+    });
+}

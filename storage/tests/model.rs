@@ -100,12 +100,15 @@ fn log_config() -> LogConfig {
     }
 }
 
-fn storage_config() -> StorageConfig {
+/// `index_bytes`: the shard's budget for sealed segments' indexes; a small one makes reads,
+/// retention and truncation load them again and again.
+fn storage_config(index_bytes: usize) -> StorageConfig {
     StorageConfig {
         write_buffer_bytes: 16 << 10,
         writes_in_flight_max: 2,
         preallocate_bytes: 64 << 10,
         cache_bytes_max: 32 << 10,
+        index_bytes_max: index_bytes,
         ..StorageConfig::default()
     }
 }
@@ -174,12 +177,18 @@ fn run_until_crash(
     ops: Arc<Vec<Op>>,
     from: usize,
     model: Arc<Mutex<Model>>,
+    index_bytes: usize,
 ) -> usize {
     let result = Arc::new(Mutex::new(ops.len()));
     let r = result.clone();
     run(move || async move {
-        let shard = shard(&dir, storage_config()).await;
+        let shard = shard(&dir, storage_config(index_bytes)).await;
         let mut log = open(&shard, &dir, log_config()).await;
+        assert_eq!(
+            shard.index_used_bytes(),
+            0,
+            "opening a log loads no sealed segment's indexes"
+        );
         let mut m = model.lock().unwrap().clone();
         // After a crash: every written batch survived; later ones may or may not have.
         assert!(
@@ -284,13 +293,22 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn log_agrees_with_a_model(ops in proptest::collection::vec(op(), 1..60)) {
+    fn log_agrees_with_a_model(
+        ops in proptest::collection::vec(op(), 1..60),
+        index_bytes in prop_oneof![Just(0usize), Just(256), Just(1 << 20)],
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let ops = Arc::new(ops);
         let model = Arc::new(Mutex::new(Model::default()));
         let mut from = 0;
         while from < ops.len() {
-            from = run_until_crash(dir.path().to_path_buf(), ops.clone(), from, model.clone());
+            from = run_until_crash(
+                dir.path().to_path_buf(),
+                ops.clone(),
+                from,
+                model.clone(),
+                index_bytes,
+            );
         }
     }
 }

@@ -142,9 +142,10 @@ async fn lookup(p: &crate::partition::Partition, timestamp: i64) -> Found {
         // No tiered storage: nothing is tiered.
         LATEST_TIERED => Found::NONE,
         EARLIEST | EARLIEST_LOCAL => at(log.log_start_offset()),
-        MAX_TIMESTAMP => match log.max_timestamp() {
-            Some(max) => found_at(log.offset_for_timestamp(max).await),
-            None => Found::NONE,
+        MAX_TIMESTAMP => match log.max_timestamp().await {
+            Ok(Some(max)) => found_at(log.offset_for_timestamp(max).await),
+            Ok(None) => Found::NONE,
+            Err(e) => Found::failed(read_error(&e)),
         },
         t if t < 0 => Found::failed(ResponseError::InvalidRequest),
         t => found_at(log.offset_for_timestamp(t).await),
