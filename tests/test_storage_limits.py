@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 import clients
 from clients import Record
-from conftest import Broker, BrokerOptions, free_port, record_broker_use
+from conftest import TEST_CORES, Broker, BrokerOptions, free_port, record_broker_use
 
 pytestmark = pytest.mark.spindle_only("spindle's storage flags")
 
@@ -126,3 +126,57 @@ def test_produces_are_refused_before_the_disk_fills_and_resume_once_space_is_bac
         if broker.alive():
             broker.stop_clean()
         broker.ensure_stopped()
+
+
+MANY_PARTITIONS = 5000
+
+
+def test_a_topic_of_thousands_of_partitions_takes_writes_everywhere_within_the_disk_bound(broker_factory) -> None:
+    preallocate = 64 << 20
+    broker = broker_factory(extra_args=("--preallocate-bytes", str(preallocate)))
+    topic = "many"
+    started = time.monotonic()
+    clients.create_topic(broker.bootstrap, topic, MANY_PARTITIONS, config={"retention.ms": "-1"})
+    created_s = time.monotonic() - started
+    prod = clients.producer(broker.bootstrap, acks=1, **{"linger.ms": 20, "batch.size": 16384})
+    records = [(b"k%d" % p, b"v%d-" % p + b"x" * 1000, p) for p in range(MANY_PARTITIONS)] * 2
+    acked: list[Record] = []
+    errors: list[str] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        (errors.append(str(err)) if err is not None else acked.append(clients.record_of(msg)))
+
+    for key, value, p in records:
+        while True:
+            try:
+                prod.produce(topic, key=key, value=value, partition=p, on_delivery=on_delivery)
+                break
+            except BufferError:
+                prod.poll(0.05)
+        prod.poll(0)
+    assert prod.flush(60) == 0
+    assert not errors, errors[:3]
+    # Segment bytes are the records plus batch and record headers (100 bytes is generous); every
+    # partition may hold its last page whole, its directory a block, and a page more for luck.
+    written = sum(len(k) + len(v) + 100 for k, v, _ in records)
+    overhead = MANY_PARTITIONS * 3 * 4096 + (32 << 20)
+    assert du_bytes(broker.data_dir) <= written + overhead + TEST_CORES * preallocate
+
+    # Idle partitions give back what they reserved ahead: the disk used converges to the bound.
+    deadline = time.monotonic() + 15
+    while du_bytes(broker.data_dir) > written + overhead:
+        assert time.monotonic() < deadline, f"{du_bytes(broker.data_dir)} bytes allocated for {written} written"
+        time.sleep(0.5)
+
+    read = clients.read_partitions(broker.bootstrap, topic, range(MANY_PARTITIONS), timeout_s=120)
+    got = {(r.partition, r.offset): r.value for rs in read.values() for r in rs}
+    assert len(got) == len(acked) == 2 * MANY_PARTITIONS
+    assert all(got[(a.partition, a.offset)] == a.value for a in acked)
+    print(f"{MANY_PARTITIONS} partitions: created in {created_s:.1f} s, {time.monotonic() - started:.1f} s in all")
+
+    admin = clients.admin(broker.bootstrap)
+    admin.delete_topics([topic])[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while any(broker.data_dir.glob(f"{topic}-*")):
+        assert time.monotonic() < deadline, "the topic's logs are still on disk a minute after its deletion"
+        time.sleep(0.5)

@@ -141,6 +141,10 @@ pub struct Settings {
     /// guard off [default: 1 GiB or 2% of the filesystem, whichever is smaller].
     #[arg(long)]
     pub min_free_bytes: Option<u64>,
+    /// Memory for each shard's loaded indexes of sealed segments (they load on first use)
+    /// [default: 67108864].
+    #[arg(long)]
+    pub index_bytes: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -311,7 +315,7 @@ impl Settings {
             request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
             connections_max_idle_ms, cluster_listen, controller_voters,
             broker_session_timeout_ms, broker_heartbeat_interval_ms,
-            write_buffer_bytes, preallocate_bytes, min_free_bytes,
+            write_buffer_bytes, preallocate_bytes, min_free_bytes, index_bytes,
         )
     }
 
@@ -427,6 +431,7 @@ impl Settings {
                     .preallocate_bytes
                     .unwrap_or(storage_defaults.preallocate_bytes),
                 min_free_bytes: self.min_free_bytes.or(storage_defaults.min_free_bytes),
+                index_bytes_max: self.index_bytes.unwrap_or(storage_defaults.index_bytes_max),
                 ..storage_defaults
             },
             offsets_partitions,

@@ -243,8 +243,13 @@ impl SegmentFile {
     pub fn preallocate(&self, from: u64, to: u64) -> Result<(), IoFailure> {
         let offset = i64::try_from(from).unwrap_or(i64::MAX);
         let len = i64::try_from(to.saturating_sub(from)).unwrap_or(i64::MAX);
-        nix::fcntl::fallocate(self.raw_fd(), nix::fcntl::FallocateFlags::empty(), offset, len)
-            .map_err(|e| IoFailure::new("preallocating", &self.path, &std::io::Error::from(e)))
+        nix::fcntl::fallocate(
+            self.raw_fd(),
+            nix::fcntl::FallocateFlags::empty(),
+            offset,
+            len,
+        )
+        .map_err(|e| IoFailure::new("preallocating", &self.path, &std::io::Error::from(e)))
     }
 
     /// Gives back the blocks reserved from `from` to `to` (punches a hole; the file keeps its

@@ -34,7 +34,9 @@ impl IndexBudget {
     /// Counts the indexes of a sealed segment just put in memory, and drops the oldest others
     /// while over the budget. Call with no log's state borrowed.
     pub fn loaded(&self, log: Weak<Log>, base_offset: i64, bytes: u64) {
-        self.loaded.borrow_mut().push_back((log, base_offset, bytes));
+        self.loaded
+            .borrow_mut()
+            .push_back((log, base_offset, bytes));
         self.used_bytes.set(self.used_bytes.get() + bytes);
         // The one just loaded stays, even alone over the budget: its user needs it now.
         while self.used_bytes.get() > self.max_bytes && self.loaded.borrow().len() > 1 {

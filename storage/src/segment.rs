@@ -84,7 +84,12 @@ impl Segment {
 
     /// A sealed segment whose indexes are not loaded: what a start knows without reading.
     /// Sealed segments were trimmed to their size and are followed by the next one's base.
-    pub fn sealed(base_offset: i64, file: Rc<SegmentFile>, size_bytes: u64, next_offset: i64) -> Segment {
+    pub fn sealed(
+        base_offset: i64,
+        file: Rc<SegmentFile>,
+        size_bytes: u64,
+        next_offset: i64,
+    ) -> Segment {
         let mut segment = Segment::new(base_offset, file, 0);
         segment.size_bytes = size_bytes;
         segment.next_offset = next_offset;

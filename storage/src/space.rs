@@ -61,9 +61,9 @@ impl FreeSpace {
         let fragment = stat.fragment_size();
         let total = stat.blocks().saturating_mul(fragment);
         let free = stat.blocks_available().saturating_mul(fragment);
-        let min = self.configured.unwrap_or_else(|| {
-            DEFAULT_MIN_FREE_BYTES.min(total / 100 * DEFAULT_MIN_FREE_PERCENT)
-        });
+        let min = self
+            .configured
+            .unwrap_or_else(|| DEFAULT_MIN_FREE_BYTES.min(total / 100 * DEFAULT_MIN_FREE_PERCENT));
         self.min_free_bytes.set(min);
         self.free_bytes.set(free);
         if self.low.get() && free >= min {

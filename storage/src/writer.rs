@@ -449,11 +449,15 @@ impl SegmentWriter {
         let done = Rc::new(Watermark::new(0));
         let (bulk, pos, len) = {
             let mut s = self.state.borrow_mut();
-            let Some(mut bulk) = s.bulk.take() else { return };
+            let Some(mut bulk) = s.bulk.take() else {
+                return;
+            };
             let (pos, len) = (s.bulk_pos, s.bulk_len);
             // What arrived since the last flush: the next buffer holds about twice that.
-            s.next_buffer_bytes = (align_up(2 * len as u64) as usize)
-                .clamp(self.limits.buffer_min_bytes(), self.limits.buffer_max_bytes());
+            s.next_buffer_bytes = (align_up(2 * len as u64) as usize).clamp(
+                self.limits.buffer_min_bytes(),
+                self.limits.buffer_max_bytes(),
+            );
             let padded = align_up(len as u64) as usize;
             bulk.buf.as_bytes_mut()[len..padded].fill(0);
             let whole_pages = align_down(len as u64) as usize;

@@ -86,7 +86,11 @@ fn many_writing_partitions_share_the_budgets_and_idle_ones_give_them_back() {
             assert_eq!(read_all(log, 0).await.len(), 20);
             log.close().await.unwrap();
             let log = open(&shard, log.dir(), big_segments()).await;
-            assert_eq!(log.log_end_offset(), end, "nothing lost with the reservation");
+            assert_eq!(
+                log.log_end_offset(),
+                end,
+                "nothing lost with the reservation"
+            );
             log.close().await.unwrap();
         }
     });
@@ -109,7 +113,10 @@ fn a_fast_writer_reserves_more_ahead_than_a_slow_one_and_never_extends_its_file(
         );
         let file = dir.path().join("fast").join("00000000000000000000.log");
         let size = std::fs::metadata(&file).unwrap().len();
-        assert!(size >= fast.size_bytes(), "space is reserved before it is written");
+        assert!(
+            size >= fast.size_bytes(),
+            "space is reserved before it is written"
+        );
         fast.close().await.unwrap();
         assert_eq!(shard.reserved_ahead_bytes(), 0, "a clean close trims");
         assert_eq!(std::fs::metadata(&file).unwrap().len(), fast.size_bytes());
