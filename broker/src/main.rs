@@ -23,6 +23,8 @@ struct Args {
     command: Command,
 }
 
+// Parsed once at start; boxing the settings would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a broker.

@@ -391,14 +391,16 @@ impl Log {
                 },
             );
             self.end_offset.advance(next_offset);
+            // Per batch: the next one may wait for room, which this one's write makes.
+            self.shard.background.notify(self);
         }
         self.shard.space.appended(record_bytes);
         let unsynced = self.state.borrow().unsynced_messages;
         let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
         if sync_by_count {
             self.sync_wanted.advance(next_offset);
+            self.shard.background.notify(self);
         }
-        self.shard.background.notify(self);
         Ok(AppendInfo {
             base_offset,
             last_offset: next_offset - 1,
@@ -749,18 +751,17 @@ impl Log {
         let Some(base) = found else {
             return Ok(None);
         };
-        let mut offset = {
-            let state = self.state.borrow();
-            let Some(segment) = state.segments.get(&base) else {
-                // Retention took it meanwhile: the search starts at the log start.
-                return Box::pin(self.offset_for_timestamp(timestamp_ms)).await;
-            };
+        let start = self.state.borrow().segments.get(&base).map(|segment| {
             segment
                 .time_index
                 .floor_before(timestamp_ms)
                 .map_or(segment.base_offset, |e| {
                     segment.base_offset + i64::from(e.relative_offset)
                 })
+        });
+        let Some(mut offset) = start else {
+            // Retention took the segment meanwhile: search again from the new log start.
+            return Box::pin(self.offset_for_timestamp(timestamp_ms)).await;
         };
         loop {
             let end = self.log_end_offset();
@@ -1063,6 +1064,8 @@ impl Log {
     /// until there is nothing left to do. Run by the shard's flusher ([`background`]), one task
     /// at a time per log.
     pub(crate) async fn serve(&self) {
+        // The flusher let the ready appends run before it started this task.
+        let mut yielded = true;
         while !self.closed.get() {
             let end = self.end_offset.get();
             let durable = self.durable_offset.get();
@@ -1078,7 +1081,9 @@ impl Log {
             }
             // Let the appends that are ready to run (pipelined requests) go first: one write
             // then carries them all.
-            future::yield_now().await;
+            if !std::mem::take(&mut yielded) {
+                future::yield_now().await;
+            }
             let writer = self.state.borrow().writer.clone();
             if let Err(e) = writer.flush().await {
                 self.fail(e);
