@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use common::*;
-use storage::batch;
+use storage::batch::{self, BatchHeader};
 use storage::{Log, LogConfig, ReadError, ResolvedIoMode, StorageConfig, TimestampType};
 
 /// Appends `n` batches of `count` records and returns each batch as the log now holds it.
