@@ -41,8 +41,8 @@ pub mod log;
 mod readahead;
 mod recovery;
 mod segment;
-mod start_offset;
 mod space;
+mod start_offset;
 pub mod watermark;
 mod writer;
 

@@ -25,11 +25,11 @@ use crate::config::{LogConfig, StorageConfig};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
-use crate::index_budget::IndexBudget;
+use crate::index_budget::{IndexBudget, IndexLoad};
 use crate::readahead::{Continuation, ReadAhead};
-use crate::segment::{self, Segment};
-use crate::start_offset::StartOffset;
+use crate::segment::{self, Indexes, Segment};
 use crate::space::FreeSpace;
+use crate::start_offset::StartOffset;
 use crate::watermark::{Reached, Watermark};
 use crate::writer::{SegmentWriter, WriterLimits};
 
@@ -253,7 +253,7 @@ impl Log {
     /// segment is still there), counting them in the shard's index budget.
     pub(crate) async fn ensure_index(&self, base: i64) -> Result<(), IoFailure> {
         let sealed = match self.state.borrow().segments.get(&base) {
-            Some(s) if !s.index_loaded => {
+            Some(s) if !s.indexes.in_memory() => {
                 Segment::sealed(base, s.file.clone(), s.size_bytes, s.next_offset)
             }
             _ => return Ok(()),
@@ -271,29 +271,29 @@ impl Log {
                     &std::io::Error::other(other.to_string()),
                 ),
             })?;
+        let load = self.shard.indexes.new_load();
         let bytes = match self.state.borrow_mut().segments.get_mut(&base) {
-            Some(s) if !s.index_loaded => {
-                s.take_index(loaded);
+            Some(s) if !s.indexes.in_memory() => {
+                s.take_index(loaded, load);
                 s.index_bytes()
             }
             _ => return Ok(()),
         };
-        self.shard.indexes.loaded(self.me.clone(), base, bytes);
+        self.shard
+            .indexes
+            .loaded(self.me.clone(), base, load, bytes);
         Ok(())
     }
 
-    /// Frees the indexes of a sealed segment (the shard's index budget asks). Never the active
-    /// segment's: it is being built.
-    pub(crate) fn drop_index(&self, base: i64) {
+    /// Frees the indexes of a sealed segment if they are still those of `load` (the shard's
+    /// index budget asks). Never the active segment's: it is being built.
+    pub(crate) fn drop_index(&self, base: i64, load: IndexLoad) {
         // Called with no log's state borrowed; if this one's were, keeping the index is safe.
         let Ok(mut state) = self.state.try_borrow_mut() else {
             return;
         };
-        if base == state.active().base_offset {
-            return;
-        }
         if let Some(s) = state.segments.get_mut(&base) {
-            s.drop_index();
+            s.drop_index(load);
         }
     }
 
@@ -493,13 +493,17 @@ impl Log {
             .segments
             .insert(next, Segment::new(next, file, now_ms()));
         state.writer = writer;
-        let sealed_bytes = state.segments.get(&base_offset).map(Segment::index_bytes);
-        drop(state);
         // The sealed segment's indexes stay in memory, now under the shard's budget.
+        let load = self.shard.indexes.new_load();
+        let sealed_bytes = state.segments.get_mut(&base_offset).map(|s| {
+            s.indexes = Indexes::Loaded(load);
+            s.index_bytes()
+        });
+        drop(state);
         if let Some(bytes) = sealed_bytes {
             self.shard
                 .indexes
-                .loaded(self.me.clone(), base_offset, bytes);
+                .loaded(self.me.clone(), base_offset, load, bytes);
         }
         // Everything before the new segment was synced by the seal.
         self.durable_offset.advance(next);
@@ -566,7 +570,7 @@ impl Log {
                 .segments
                 .range(..=offset)
                 .next_back()
-                .filter(|(_, s)| !s.index_loaded)
+                .filter(|(_, s)| !s.indexes.in_memory())
                 .map(|(&base, _)| base);
             // (Recent batches, which the cache may hold, are in the active segment, always
             // loaded.)
@@ -960,7 +964,9 @@ impl Log {
             .remove(&base)
             .expect("the active segment is in the map");
         let base = segment.base_offset;
-        // The segment (maybe sealed before) becomes the active one: its index files go stale.
+        // The segment (maybe sealed before) becomes the active one: its index files go stale,
+        // and its indexes in memory are no longer the budget's to drop.
+        segment.indexes = Indexes::Building;
         for path in [
             segment::offset_index_path(&self.dir, base),
             segment::time_index_path(&self.dir, base),

@@ -10,6 +10,7 @@ use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::error::{IoFailure, ReadError};
 use crate::file::SegmentFile;
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use crate::index_budget::IndexLoad;
 
 /// Scans read the file in pieces of this size.
 const SCAN_CHUNK_BYTES: usize = 1 << 20;
@@ -47,13 +48,33 @@ pub struct Segment {
     offset_of_max_timestamp: i64,
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
-    /// Whether the indexes (and the newest timestamp, which comes from the time index) are in
-    /// memory. Always for the active segment; a sealed one's load on first use and may be
+    /// Where the indexes (and the newest timestamp, which comes from the time index) are. The
+    /// active segment's are always in memory; a sealed one's load on first use and may be
     /// dropped again under the shard's index budget, so a start reads none of them.
-    pub index_loaded: bool,
+    pub indexes: Indexes,
     bytes_since_index_entry: u64,
     /// Wall-clock time the segment started taking appends, for `segment.ms`.
     pub created_ms: u64,
+}
+
+/// Where a segment's indexes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexes {
+    /// In memory, built as batches are appended (the active segment's, or one just recovered):
+    /// not counted in the shard's index budget.
+    Building,
+    /// In memory, counted in the shard's index budget as this load. Only that load's leaving
+    /// the budget drops them: an older count of the same segment (sealed, made active again by
+    /// a truncation, sealed again) must not drop what a later load brought in.
+    Loaded(IndexLoad),
+    /// On disk only: they load on first use.
+    OnDisk,
+}
+
+impl Indexes {
+    pub fn in_memory(self) -> bool {
+        self != Indexes::OnDisk
+    }
 }
 
 /// How a scan of a segment file ended.
@@ -76,7 +97,7 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
-            index_loaded: true,
+            indexes: Indexes::Building,
             bytes_since_index_entry: 0,
             created_ms,
         }
@@ -93,26 +114,32 @@ impl Segment {
         let mut segment = Segment::new(base_offset, file, 0);
         segment.size_bytes = size_bytes;
         segment.next_offset = next_offset;
-        segment.index_loaded = false;
+        segment.indexes = Indexes::OnDisk;
         segment
     }
 
-    /// Takes the indexes (and newest timestamp) of `loaded`, the same segment read from disk.
-    pub fn take_index(&mut self, loaded: Segment) {
+    /// Takes the indexes (and newest timestamp) of `loaded`, the same segment read from disk,
+    /// counted in the shard's index budget as `load`.
+    pub fn take_index(&mut self, loaded: Segment, load: IndexLoad) {
         self.offset_index = loaded.offset_index;
         self.time_index = loaded.time_index;
         self.max_timestamp_ms = loaded.max_timestamp_ms;
         self.offset_of_max_timestamp = loaded.offset_of_max_timestamp;
-        self.index_loaded = true;
+        self.indexes = Indexes::Loaded(load);
     }
 
-    /// Frees the memory of a sealed segment's indexes; they load again on next use.
-    pub fn drop_index(&mut self) {
+    /// Frees the memory of a sealed segment's indexes if they are still the ones the budget
+    /// counted as `load` (not the active segment's, not a later load's); they load again on
+    /// next use.
+    pub fn drop_index(&mut self, load: IndexLoad) {
+        if self.indexes != Indexes::Loaded(load) {
+            return;
+        }
         self.offset_index = OffsetIndex::default();
         self.time_index = TimeIndex::default();
         self.max_timestamp_ms = i64::MIN;
         self.offset_of_max_timestamp = self.base_offset;
-        self.index_loaded = false;
+        self.indexes = Indexes::OnDisk;
     }
 
     /// Memory the indexes take, in their file formats' sizes.

@@ -183,3 +183,51 @@ fn sealed_indexes_load_on_first_use_and_stay_within_the_shard_budget() {
         log.close().await.unwrap();
     });
 }
+
+/// A segment sealed, made active again by a truncation and sealed again is counted twice in
+/// the index budget; the older count must not drop the indexes that a later load put in
+/// memory. It did: with the budget spent, every load of that segment dropped itself, and a
+/// read of it looped forever (the storage model test's stall). The read is given 20 s, so
+/// the bug fails the test instead of hanging it.
+#[test]
+fn a_segment_counted_twice_in_the_index_budget_still_loads() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = StorageConfig {
+            index_bytes_max: 0,
+            ..small_storage_config()
+        };
+        let shard = shard(dir.path(), storage).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let roll = || async {
+            log.set_config(LogConfig {
+                segment_ms: 0,
+                ..small_log_config()
+            });
+            log.enforce_retention(u64::MAX / 2).await.unwrap();
+            log.set_config(small_log_config());
+        };
+        for seed in 0..4 {
+            log.append(records(4, 700, seed), 0).await.unwrap();
+        }
+        roll().await; // segment 0 (offsets 0..16) sealed: counted once
+        for seed in 4..8 {
+            log.append(records(4, 700, seed), 0).await.unwrap();
+        }
+        log.truncate_to(8).await.unwrap(); // segment 0 active again, still counted
+        roll().await; // sealed again: counted a second time
+        assert_eq!(log.segment_count(), 2);
+        log.append(records(4, 700, 9), 0).await.unwrap();
+        let read = glommio::timer::timeout(Duration::from_secs(20), async {
+            Ok(read_all(&log, 0).await)
+        })
+        .await
+        .expect("a read of segment 0 loads its indexes and goes on");
+        assert_eq!(
+            read.len(),
+            3,
+            "two batches left by the truncation, then one"
+        );
+        log.close().await.unwrap();
+    });
+}
