@@ -1127,9 +1127,17 @@ impl Log {
     }
 
     async fn sync(&self, target: i64) -> Result<(), IoFailure> {
-        let writer = self.state.borrow().writer.clone();
+        let (writer, generation) = {
+            let state = self.state.borrow();
+            (state.writer.clone(), state.generation)
+        };
         writer.flush().await?;
         writer.file().fdatasync().await?;
+        if self.state.borrow().generation != generation {
+            // Truncated meanwhile: `target` may be past the new end, and offsets appended up
+            // to it again must not count as durable without a sync of their own.
+            return Ok(());
+        }
         self.durable_offset.advance(target);
         let caught_up = self.end_offset.get() == target;
         let mut state = self.state.borrow_mut();
