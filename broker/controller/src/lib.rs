@@ -71,6 +71,7 @@ pub mod error;
 mod log_store;
 mod logger;
 pub mod quorum;
+pub mod replica;
 pub mod types;
 pub mod wire;
 
