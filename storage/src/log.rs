@@ -221,6 +221,16 @@ impl Log {
         self.written_offset.get()
     }
 
+    /// Every batch below this offset is written to its file (it survives the process).
+    pub fn written_offset(&self) -> i64 {
+        self.written_offset.get()
+    }
+
+    /// Every batch below this offset is synced (it survives the machine).
+    pub fn durable_offset(&self) -> i64 {
+        self.durable_offset.get()
+    }
+
     /// The high watermark as a watermark, to wait for new visible records.
     pub fn high_watermark_mark(&self) -> &Watermark {
         &self.written_offset
