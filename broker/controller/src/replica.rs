@@ -235,6 +235,8 @@ struct Following {
     asked: Option<i32>,
     /// What it last reported, so it reports only what changed.
     reported: Option<(i64, i64, i64)>,
+    /// The leader's high watermark as last heard.
+    leader_high_watermark: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,6 +281,10 @@ impl Replica {
 
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
+    }
+
+    pub fn config(&self) -> &ReplicaConfig {
+        &self.config
     }
 
     pub fn state(&self) -> &PartitionState {
@@ -394,6 +400,7 @@ impl Replica {
                     reconciled: false,
                     asked: None,
                     reported: None,
+                    leader_high_watermark: -1,
                 });
             }
             _ => self.role = Role::Idle,
@@ -455,13 +462,14 @@ impl Replica {
         self.on_tick(now_ms)
     }
 
-    /// (leader) Where follower `from` needs batches from, if it needs any.
-    pub fn to_send(&self, from: NodeId) -> Option<i64> {
+    /// (leader) The offsets follower `from` needs batches for, if it needs any: from where it
+    /// is to this log's end as the replica knows it.
+    pub fn to_send(&self, from: NodeId) -> Option<(i64, i64)> {
         let Role::Leader(l) = &self.role else {
             return None;
         };
         let next = l.followers.get(&from)?.next?;
-        (next < self.log.end).then_some(next)
+        (next < self.log.end).then_some((next, self.log.end))
     }
 
     /// The followers a leader streams to.
@@ -803,19 +811,22 @@ impl Replica {
         }
     }
 
-    /// (follower) The high watermark is the leader's, as far as this log goes.
+    /// (follower) The high watermark is the leader's, as far as this log goes; it goes down
+    /// only with the log (a truncation below it, which only an unclean election makes).
     fn follow_high_watermark(&mut self, leader_hw: Option<i64>, actions: &mut Vec<Action>) {
-        let candidate = match leader_hw {
-            Some(hw) => hw.min(self.log.end),
-            None => self.high_watermark.min(self.log.end),
+        let Role::Follower(f) = &mut self.role else {
+            return;
         };
-        if candidate != self.high_watermark && candidate > self.high_watermark {
-            self.high_watermark = candidate;
-            actions.push(Action::HighWatermark(candidate));
-        } else if candidate < self.high_watermark {
-            // A truncation below it (only by an unclean election): follow the log.
-            self.high_watermark = candidate;
-            actions.push(Action::HighWatermark(candidate));
+        if let Some(hw) = leader_hw {
+            f.leader_high_watermark = f.leader_high_watermark.max(hw);
+        }
+        let next = self
+            .high_watermark
+            .max(f.leader_high_watermark)
+            .min(self.log.end);
+        if next != self.high_watermark {
+            self.high_watermark = next;
+            actions.push(Action::HighWatermark(next));
         }
     }
 
@@ -1001,7 +1012,7 @@ mod tests {
         assert!(hws(&leader.on_local_log(log(10), 1)).is_empty());
         leader.on_progress(B, 1, 0, 0, 0, 1);
         leader.on_progress(C, 1, 0, 0, 0, 1);
-        assert_eq!(leader.to_send(B), Some(0));
+        assert_eq!(leader.to_send(B), Some((0, 10)));
         leader.sent(B, 10);
         assert_eq!(leader.to_send(B), None);
         assert!(hws(&leader.on_progress(B, 1, 10, 10, 10, 2)).is_empty());
