@@ -10,13 +10,17 @@
 //!   to the writer: after a crash the file may name an epoch whose batch never reached the disk,
 //!   never miss one that did.
 //! - Truncation drops the entries whose batches went; deleting old segments (retention,
-//!   DeleteRecords) moves the first kept entry's start up to the new log start (as Kafka).
+//!   DeleteRecords) moves the first kept entry's start up to the new log start (as Kafka), and
+//!   drops it if no batch is left (unlike Kafka, whose leader keeps an entry for its current
+//!   epoch even in an empty log: here an entry always has batches).
 //! - Opening a log drops entries at or past its recovered end and below its start; a log
 //!   directory without the file (or with one that does not hold together) gets it rebuilt from
 //!   its batches' headers.
 //!
 //! Invariants of [`LeaderEpochs`]: epochs and start offsets both strictly grow, epochs are not
-//! negative (-1 is Kafka's "no epoch": such batches are never recorded).
+//! negative (-1 is Kafka's "no epoch": such batches are never recorded), and each entry's
+//! epoch is that of the batches from its start to the next entry's (the log's end for the
+//! last), so the first batch of each has the entry's epoch in its header.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -154,6 +158,14 @@ impl LeaderEpochs {
         moved || first > 0
     }
 
+    /// Keeps the entries within a log of offsets `[start, end)`: every entry has a batch in
+    /// the log (an empty log has none), the first starts no lower than the log. Whether anything
+    /// changed.
+    pub fn keep_within(&mut self, start: i64, end: i64) -> bool {
+        // (Both: a start moved up to the end leaves an entry with no batch.)
+        self.truncate_from_start(start) | self.truncate_from_end(end)
+    }
+
     /// The file's content.
     pub fn encode(&self) -> String {
         let mut out = format!("{VERSION}\n{}\n", self.entries.len());
@@ -243,7 +255,7 @@ impl LeaderEpochs {
         let (mut epochs, mut changed) = match loaded {
             Some(epochs) => (epochs, false),
             None => {
-                let epochs = Self::rebuild(segments).await?;
+                let epochs = Self::rebuild(segments, log_start).await?;
                 tracing::info!(
                     log = %dir.display(),
                     epochs = epochs.entries.len(),
@@ -253,20 +265,22 @@ impl LeaderEpochs {
                 (epochs, log_end > log_start)
             }
         };
-        changed |= epochs.truncate_from_end(log_end);
-        changed |= epochs.truncate_from_start(log_start);
+        changed |= epochs.keep_within(log_start, log_end);
         if changed {
             epochs.save(dir, mode).await?;
         }
         Ok(epochs)
     }
 
-    /// The epochs the batches of `segments` carry, from their headers (one read of every
-    /// segment: only for a log directory that has no checkpoint).
-    async fn rebuild(segments: &BTreeMap<i64, Segment>) -> Result<LeaderEpochs, IoFailure> {
+    /// The epochs the batches of `segments` that end after `log_start` carry, from their
+    /// headers (one read of every segment: only for a log directory that has no checkpoint).
+    async fn rebuild(
+        segments: &BTreeMap<i64, Segment>,
+        log_start: i64,
+    ) -> Result<LeaderEpochs, IoFailure> {
         let mut epochs = LeaderEpochs::default();
         for segment in segments.values() {
-            for (epoch, base_offset) in segment.batch_epochs().await? {
+            for (epoch, base_offset) in segment.batch_epochs(log_start).await? {
                 epochs.observe(epoch, base_offset);
             }
         }
@@ -416,6 +430,9 @@ mod tests {
         assert!(epochs.truncate_from_end(0));
         assert_eq!(epochs, LeaderEpochs::default());
         assert!(!epochs.truncate_from_start(500));
+        let mut epochs = entries(&[(1, 0), (3, 100)]);
+        assert!(epochs.keep_within(150, 150), "everything deleted");
+        assert_eq!(epochs, LeaderEpochs::default());
     }
 
     #[test]

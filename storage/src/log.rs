@@ -1040,8 +1040,8 @@ impl Log {
         }
         // The first kept epoch now starts at the log start (DeleteRecords may move the start
         // inside a segment, deleting none).
-        let start = self.log_start_offset();
-        self.change_epochs(|epochs| epochs.truncate_from_start(start))
+        let (start, end) = (self.log_start_offset(), self.end_offset.get());
+        self.change_epochs(|epochs| epochs.keep_within(start, end))
             .await?;
         if !bases.is_empty() {
             self.shard.cache.forget_below(self.cache_key, start);

@@ -364,11 +364,16 @@ impl Segment {
     }
 
     /// (partitionLeaderEpoch, base offset) of each batch that carries another epoch than the
-    /// batch before it, from the headers alone (the epoch is outside the CRC, so checking it
-    /// would prove nothing about it). Stops at the first header that does not follow the one
-    /// before (damage a read would report) or reaches past the segment's end.
-    pub async fn batch_epochs(&self) -> Result<Vec<(i32, i64)>, IoFailure> {
+    /// batch before it, of the batches that end after `from` (the log start: batches wholly
+    /// before it are deleted records, whatever their epochs), from the headers alone (the epoch
+    /// is outside the CRC, so checking it would prove nothing about it). Stops at the first
+    /// header that does not follow the one before (damage a read would report) or reaches past
+    /// the segment's end.
+    pub async fn batch_epochs(&self, from: i64) -> Result<Vec<(i32, i64)>, IoFailure> {
         let mut out: Vec<(i32, i64)> = Vec::new();
+        if self.next_offset <= from {
+            return Ok(out);
+        }
         let mut window = Vec::new();
         let mut window_pos = 0u64;
         let mut pos = 0u64;
@@ -387,9 +392,11 @@ impl Segment {
             if header.base_offset != next_offset || end > self.size_bytes {
                 break;
             }
-            if out
-                .last()
-                .is_none_or(|&(e, _)| e != header.partition_leader_epoch)
+            let kept = header.next_offset() > from;
+            if kept
+                && out
+                    .last()
+                    .is_none_or(|&(e, _)| e != header.partition_leader_epoch)
             {
                 out.push((header.partition_leader_epoch, header.base_offset));
             }
