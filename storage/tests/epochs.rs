@@ -400,3 +400,48 @@ fn replicated_batches_are_cached_and_written_like_a_leaders() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_rebuild_stops_at_damage_and_takes_the_segments_after_it() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let mut sizes = Vec::new();
+        for i in 0..90 {
+            let b = records(2, 1000, i);
+            sizes.push(b.len());
+            log.append(b, 1 + (i / 30) as i32).await.unwrap();
+        }
+        assert_eq!(
+            log.leader_epochs(),
+            vec![entry(1, 0), entry(2, 60), entry(3, 120)]
+        );
+        log.close().await.unwrap();
+        std::fs::remove_file(dir.path().join(CHECKPOINT)).unwrap();
+        // The length of the first segment's fifth batch becomes garbage.
+        let first = dir.path().join(format!("{:020}.log", 0));
+        let mut bytes = std::fs::read(&first).unwrap();
+        let at: usize = sizes[..4].iter().sum::<usize>() + 8;
+        bytes[at..at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        std::fs::write(&first, &bytes).unwrap();
+        // Epoch 2 starts at 60, in the damaged segment, past the damage: the rebuild sees it
+        // from the next segment's base on.
+        let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".log")?.parse().ok()
+            })
+            .collect();
+        bases.sort_unstable();
+        assert!(bases[1] > 60 && bases[1] < 120, "segments {bases:?}");
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(
+            log.leader_epochs(),
+            vec![entry(1, 0), entry(2, bases[1]), entry(3, 120)]
+        );
+        log.append(records(1, 10, 1), 3).await.unwrap();
+        log.close().await.unwrap();
+    });
+}
