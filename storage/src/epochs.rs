@@ -290,7 +290,8 @@ impl LeaderEpochs {
 
 impl Log {
     /// The log's leader epochs, oldest first: where each epoch's batches start. Kept on disk
-    /// in `leader-epoch-checkpoint` beside the segments.
+    /// in `leader-epoch-checkpoint` beside the segments. While an append that starts an epoch
+    /// runs, its entry is there (saved) just before its first batch is in the log.
     pub fn leader_epochs(&self) -> Vec<EpochEntry> {
         self.epochs.borrow().entries().to_vec()
     }
@@ -315,15 +316,21 @@ impl Log {
         Ok(())
     }
 
-    /// Applies `change` to a copy of the log's epochs and saves it if it changed anything
-    /// (truncation, deleted segments; with the append lock held).
+    /// Applies `change` (one that only drops or moves up entries: truncation, deleted
+    /// segments) to the log's epochs, and saves them if it changed anything (with the append
+    /// lock held). Taken at once, saved after: a checkpoint left behind by a failed save or a
+    /// crash holds entries that recovery drops or moves up the same way.
     pub(crate) async fn change_epochs(
         &self,
         change: impl FnOnce(&mut LeaderEpochs) -> bool,
     ) -> Result<(), IoFailure> {
-        let mut epochs = self.epochs.borrow().clone();
-        if change(&mut epochs) {
-            self.replace_epochs(epochs).await?;
+        let changed = change(&mut self.epochs.borrow_mut());
+        if changed {
+            let epochs = self.epochs.borrow().clone();
+            epochs
+                .save(&self.dir, self.shard.io_mode)
+                .await
+                .map_err(|e| self.fail(e))?;
         }
         Ok(())
     }

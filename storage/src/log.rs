@@ -1145,13 +1145,13 @@ impl Log {
             state.unsynced_messages = 0;
             state.unsynced_since_ms = None;
         }
-        self.change_epochs(|epochs| epochs.truncate_from_end(next))
-            .await?;
         self.shard.cache.truncate(self.cache_key, next);
         self.end_offset.reset(next);
         self.written_offset.reset(next);
         self.durable_offset.reset(next);
         self.sync_wanted.reset(next);
+        self.change_epochs(|epochs| epochs.truncate_from_end(next))
+            .await?;
         tracing::info!(log = %self.dir.display(), log_end_offset = next, "truncated");
         Ok(())
     }
