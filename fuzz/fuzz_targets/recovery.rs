@@ -11,6 +11,7 @@
 //! - every batch a read returns passes an independent CRC-32C and length check, offsets grow,
 //!   and reads fail only with a typed error: `Corrupt` (reported, never served), and after an
 //!   unclean stop never in the last segment, which recovery cuts at its first bad batch;
+//! - its leader epochs, rebuilt from the batch headers, grow and lie within the log;
 //! - a recovered log takes an append at its end offset and reads it back from the file;
 //! - closed and opened again, it holds what it held, and the appended batch;
 //! - memory stays within a bound proportional to the input.
@@ -185,16 +186,27 @@ async fn check(root: PathBuf, dir: PathBuf, clean: bool, last_segment: Option<Pa
     assert!(start <= end, "log start {start} past its end {end}");
     let before = read_all(&log, start, end, clean, last_segment.as_deref()).await;
 
-    // The recovered log takes an append at its end.
+    // Its leader epochs (rebuilt from the headers: there is no checkpoint) grow, within the log.
+    let epochs = log.leader_epochs();
+    for pair in epochs.windows(2) {
+        assert!(pair[0].epoch < pair[1].epoch && pair[0].start_offset < pair[1].start_offset);
+    }
+    if let (Some(first), Some(last)) = (epochs.first(), epochs.last()) {
+        assert!(first.start_offset >= start && last.start_offset < end, "{epochs:?}");
+    }
+
+    // The recovered log takes an append at its end, in an epoch no older than its latest (a
+    // damaged header may carry any epoch: it is outside the CRC).
+    let epoch = epochs.last().map_or(2, |e| e.epoch.max(2));
     let appended = BytesMut::from(&testing::batch(3, 10, 7)[..]);
     let info = log
-        .append(appended.clone(), 2)
+        .append(appended.clone(), epoch)
         .await
         .expect("append to a recovered log");
     assert_eq!(info.base_offset, end);
     log.wait_written(info.next_offset).await.expect("written");
     let mut expected = appended.to_vec();
-    batch::assign_offsets(&mut expected, end, 2);
+    batch::assign_offsets(&mut expected, end, epoch);
     let read = log
         .read(end, 1 << 20, info.next_offset)
         .await

@@ -1,9 +1,10 @@
 //! How fast one shard appends to one log: 1 KiB records in batches of 16 KiB, 64 KiB and 1 MiB,
 //! written without syncing (one appender, `wait_written` at the end) and with group commit
-//! (many appenders, each waiting for its batch to be durable).
+//! (many appenders, each waiting for its batch to be durable); `replicated` is `unsynced` through
+//! a follower's `append_replicated` (batches a leader stamped), to compare the two paths.
 //!
 //!     cargo run --release -p storage --example append_bench -- [--dir DIR] [--bytes N]
-//!         [--appenders N] [--batches 16k,64k,1m] [--modes unsynced,durable]
+//!         [--appenders N] [--batches 16k,64k,1m] [--modes unsynced,durable,replicated]
 //!         [--write-buffer-bytes N] [--writes-in-flight-max N] [--preallocate-bytes N]
 //!
 //! Prints one line per run, `result mode=... batch_bytes=... mb_per_s=... cpu_pct=...`, for
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use glommio::{LocalExecutorBuilder, Placement};
-use storage::batch::testing;
+use storage::batch::{self, testing};
 use storage::{Log, LogConfig, ShardStorage, StorageConfig, resolve_io_mode};
 
 const RECORD_BYTES: usize = 1024;
@@ -24,6 +25,8 @@ const RECORD_BYTES: usize = 1024;
 enum Mode {
     /// One appender; the clock stops when everything is written to the device.
     Unsynced,
+    /// As `Unsynced`, through a follower's `append_replicated` (batches a leader stamped).
+    Replicated,
     /// Many appenders, each waiting for its own batch to be fdatasync'd (group commit).
     Durable,
 }
@@ -107,7 +110,8 @@ async fn run(args: &Args) -> Result<(), String> {
             let cpu_before = cpu_ticks();
             let started = Instant::now();
             let appended = match run_mode {
-                Mode::Unsynced => unsynced(&log, &template, batches).await,
+                Mode::Unsynced => unsynced(&log, &template, batches, false).await,
+                Mode::Replicated => unsynced(&log, &template, batches, true).await,
                 Mode::Durable => durable(&log, &template, batches, args.appenders).await,
             };
             let seconds = started.elapsed().as_secs_f64();
@@ -121,6 +125,7 @@ async fn run(args: &Args) -> Result<(), String> {
                  mb_per_s={:.1} mib_per_s={:.1} cpu_pct={:.0}",
                 match run_mode {
                     Mode::Unsynced => "unsynced",
+                    Mode::Replicated => "replicated",
                     Mode::Durable => "durable",
                 },
                 bytes / 1e6 / seconds,
@@ -139,16 +144,25 @@ fn batch_template(batch_bytes: usize) -> Vec<u8> {
     testing::batch(count as i32, RECORD_BYTES, 0)
 }
 
-/// Appends `batches` copies of `template` one after the other, then waits until all are
-/// written. Returns the bytes appended.
-async fn unsynced(log: &Rc<Log>, template: &[u8], batches: u64) -> Result<u64, String> {
+/// Appends `batches` copies of `template` one after the other, as the leader or (`follower`)
+/// as a follower would, then waits until all are written. Returns the bytes appended.
+async fn unsynced(
+    log: &Rc<Log>,
+    template: &[u8],
+    batches: u64,
+    follower: bool,
+) -> Result<u64, String> {
     let mut next_offset = 0;
     for _ in 0..batches {
-        let info = log
-            .append(BytesMut::from(template), 0)
-            .await
-            .map_err(|e| e.to_string())?;
-        next_offset = info.next_offset;
+        let mut batch = BytesMut::from(template);
+        let info = if follower {
+            // What a leader's log holds: offsets and epoch stamped.
+            batch::assign_offsets(&mut batch, next_offset, 0);
+            log.append_replicated(&[batch.freeze()]).await
+        } else {
+            log.append(batch, 0).await
+        };
+        next_offset = info.map_err(|e| e.to_string())?.next_offset;
     }
     log.wait_written(next_offset)
         .await
@@ -232,6 +246,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .split(',')
                     .map(|s| match s {
                         "unsynced" => Ok(Mode::Unsynced),
+                        "replicated" => Ok(Mode::Replicated),
                         "durable" => Ok(Mode::Durable),
                         other => Err(format!("--modes: unknown mode {other}")),
                     })

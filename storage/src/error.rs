@@ -54,6 +54,17 @@ pub enum AppendError {
     },
     #[error("log is closed")]
     Closed,
+    /// A follower's batches do not continue its log: the first must start at the log end
+    /// offset, and each next one where the one before it ends.
+    #[error("replicated batch starts at offset {got} where {expected} was expected")]
+    NotAtEnd { expected: i64, got: i64 },
+    /// A batch's leader epoch is older than the log's latest (or than the batch before it):
+    /// a log's epochs never go back.
+    #[error("a batch of leader epoch {got} cannot follow epoch {latest}")]
+    EpochWentBack { latest: i32, got: i32 },
+    /// A negative leader epoch (Kafka's -1, "none"): every batch of a log carries its leader's.
+    #[error("leader epoch {epoch} is not an epoch")]
+    NoLeaderEpoch { epoch: i32 },
 }
 
 /// Why a read returned no batches.

@@ -26,12 +26,14 @@
 //! - `space`: the free-space guard.
 //! - [`recovery`]: opening a log directory and recovering it.
 //! - `start_offset`: the log start offset DeleteRecords moves, kept in its own small file.
+//! - `epochs`: the leader epochs ([`EpochEntry`]), kept in `leader-epoch-checkpoint`.
 
 mod background;
 pub mod batch;
 mod budget;
 pub mod cache;
 pub mod config;
+mod epochs;
 pub mod error;
 pub mod fifo_lock;
 mod file;
@@ -49,6 +51,7 @@ mod writer;
 pub use batch::{BatchError, BatchHeader, TimestampType};
 pub use cache::BatchCache;
 pub use config::{IoMode, LogConfig, StorageConfig};
+pub use epochs::EpochEntry;
 pub use error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 pub use file::{ResolvedIoMode, resolve_io_mode};
 pub use log::{AppendInfo, Log, ShardStorage};

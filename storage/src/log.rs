@@ -22,6 +22,7 @@ use crate::batch::{self, BatchHeader, TimestampType};
 use crate::budget::Budget;
 use crate::cache::{BatchCache, CacheKey, CachedBatch};
 use crate::config::{LogConfig, StorageConfig};
+use crate::epochs::{EpochCheck, EpochEntry, LeaderEpochs};
 use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
@@ -138,6 +139,8 @@ pub struct Log {
     pub(crate) readahead: RefCell<Option<ReadAhead>>,
     /// Where DeleteRecords moved the start (`crate::start_offset`).
     pub(crate) start: StartOffset,
+    /// Where each leader epoch's batches start (`crate::epochs`), as the checkpoint says.
+    pub(crate) epochs: RefCell<LeaderEpochs>,
 }
 
 #[derive(Debug)]
@@ -324,7 +327,9 @@ impl Log {
     /// Appends a producer's record set (one or more v2 batches) and assigns offsets to it. The
     /// set is validated whole first: if any batch is invalid nothing is appended. The batches'
     /// `baseOffset` and `partitionLeaderEpoch` are patched in place, then the bytes are frozen
-    /// into the cache and copied once into the write buffers.
+    /// into the cache and copied once into the write buffers. A `leader_epoch` newer than the
+    /// log's latest starts a new entry of [`Log::leader_epochs`], saved before the first batch
+    /// is; an older one is refused (`EpochWentBack`).
     ///
     /// Returns once the records are in the log (readable from the cache, ordered, queued for
     /// the disk); [`Log::wait_written`] and [`Log::wait_durable`] wait for the disk.
@@ -339,14 +344,7 @@ impl Log {
             .min(config.segment_bytes_max as usize);
         let headers = split_batches(&records, batch_bytes_max)?;
         let record_bytes = records.len() as u64;
-        self.shard
-            .space
-            .check_room()
-            .map_err(|low| AppendError::LowOnSpace {
-                dir: self.shard.space.dir().to_path_buf(),
-                free_bytes: low.free_bytes,
-                min_free_bytes: low.min_free_bytes,
-            })?;
+        self.check_room()?;
         let _permit = self
             .append_lock
             .acquire()
@@ -354,17 +352,12 @@ impl Log {
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
         let base_offset = self.end_offset.get();
+        self.record_epochs([(leader_epoch, base_offset)]).await?;
         let mut next_offset = base_offset;
         // One time for the whole record set, as Kafka does.
         let log_append_time_ms =
             (config.timestamp_type == TimestampType::LogAppendTime).then(|| now_ms() as i64);
         for header in headers {
-            self.roll_if_needed(&config, header.size_bytes(), header.last_offset_delta)
-                .await?;
-            let writer = self.state.borrow().writer.clone();
-            writer.wait_for_room().await.map_err(AppendError::Storage)?;
-            self.check_open()?;
-
             let mut batch = records.split_to(header.size_bytes());
             let header = match log_append_time_ms {
                 Some(now_ms) => batch::stamp_log_append_time(&mut batch, &header, now_ms),
@@ -383,34 +376,9 @@ impl Log {
                 "a batch stays valid, and says what the log records of it, once stamped"
             );
             next_offset = header.next_offset();
-            writer.append(&bytes, next_offset);
-            {
-                let mut state = self.state.borrow_mut();
-                state
-                    .active_mut()
-                    .record(&header, config.index_interval_bytes);
-                state.unsynced_messages += header.record_count.max(0) as u64;
-                state.unsynced_since_ms.get_or_insert_with(now_ms);
-            }
-            self.shard.cache.insert(
-                self.cache_key,
-                CachedBatch {
-                    base_offset: header.base_offset,
-                    next_offset,
-                    bytes,
-                },
-            );
-            self.end_offset.advance(next_offset);
-            // Per batch: the next one may wait for room, which this one's write makes.
-            self.shard.background.notify(self);
+            self.append_batch(&config, &header, bytes).await?;
         }
-        self.shard.space.appended(record_bytes);
-        let unsynced = self.state.borrow().unsynced_messages;
-        let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
-        if sync_by_count {
-            self.sync_wanted.advance(next_offset);
-            self.shard.background.notify(self);
-        }
+        self.appended(&config, record_bytes, next_offset);
         Ok(AppendInfo {
             base_offset,
             last_offset: next_offset - 1,
@@ -418,6 +386,170 @@ impl Log {
             log_start_offset: self.log_start_offset(),
             log_append_time_ms,
         })
+    }
+
+    /// A follower's append: batches a leader already stamped (offsets, epochs, timestamps),
+    /// kept byte for byte. Each element of `batches` holds whole batches, back to back. Each
+    /// batch is validated (length, magic, CRC); the first must start at the log end offset and
+    /// each next one where the previous ends (`NotAtEnd`); epochs must not go back
+    /// (`EpochWentBack`). Nothing of an invalid set is appended. A batch of a newer epoch
+    /// starts a new entry of [`Log::leader_epochs`], saved before the batch is appended.
+    ///
+    /// The batches take the leader's write path: the cache (as slices of `batches`, not
+    /// copies), the write buffers, the shard's flusher.
+    pub async fn append_replicated(&self, batches: &[Bytes]) -> Result<AppendInfo, AppendError> {
+        let config = self.config();
+        let split = split_replicated(batches)?;
+        let record_bytes = split.iter().map(|(_, b)| b.len() as u64).sum();
+        self.check_room()?;
+        let _permit = self
+            .append_lock
+            .acquire()
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        self.check_open()?;
+        let base_offset = self.end_offset.get();
+        let mut next_offset = base_offset;
+        for (header, _) in &split {
+            if header.base_offset != next_offset {
+                return Err(AppendError::NotAtEnd {
+                    expected: next_offset,
+                    got: header.base_offset,
+                });
+            }
+            next_offset = header.next_offset();
+        }
+        self.record_epochs(
+            split
+                .iter()
+                .map(|(h, _)| (h.partition_leader_epoch, h.base_offset)),
+        )
+        .await?;
+        for (header, bytes) in split {
+            self.append_batch(&config, &header, bytes).await?;
+        }
+        self.appended(&config, record_bytes, next_offset);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: next_offset - 1,
+            next_offset,
+            log_start_offset: self.log_start_offset(),
+            log_append_time_ms: None,
+        })
+    }
+
+    /// The free-space guard, before an append takes the lock.
+    fn check_room(&self) -> Result<(), AppendError> {
+        self.shard
+            .space
+            .check_room()
+            .map_err(|low| AppendError::LowOnSpace {
+                dir: self.shard.space.dir().to_path_buf(),
+                free_bytes: low.free_bytes,
+                min_free_bytes: low.min_free_bytes,
+            })
+    }
+
+    /// Checks the (epoch, base offset) of each batch about to be appended, in order, against
+    /// the log's epochs, and saves the entries the newer ones start before any is appended
+    /// (with the append lock held). Nothing changes when one is refused.
+    async fn record_epochs(
+        &self,
+        batches: impl IntoIterator<Item = (i32, i64)>,
+    ) -> Result<(), AppendError> {
+        let mut epochs: Option<LeaderEpochs> = None;
+        for (epoch, start_offset) in batches {
+            let check = match &epochs {
+                Some(new) => new.check(epoch),
+                None => self.epochs.borrow().check(epoch),
+            };
+            match check {
+                EpochCheck::Same => {}
+                EpochCheck::New => epochs
+                    .get_or_insert_with(|| self.epochs.borrow().clone())
+                    .push(EpochEntry {
+                        epoch,
+                        start_offset,
+                    }),
+                EpochCheck::WentBack(latest) => {
+                    return Err(AppendError::EpochWentBack { latest, got: epoch });
+                }
+                EpochCheck::Missing => return Err(AppendError::NoLeaderEpoch { epoch }),
+            }
+        }
+        match epochs {
+            Some(epochs) => self
+                .replace_epochs(epochs)
+                .await
+                .map_err(AppendError::Storage),
+            None => Ok(()),
+        }
+    }
+
+    /// The write path every batch takes, the leader's and a follower's: a roll if it does not
+    /// fit, room in the write buffers, the active segment's bookkeeping, the cache, the log end,
+    /// and the shard's flusher told (with the append lock held). `header` is `bytes`'s.
+    async fn append_batch(
+        &self,
+        config: &LogConfig,
+        header: &BatchHeader,
+        bytes: Bytes,
+    ) -> Result<(), AppendError> {
+        let result = self.append_batch_inner(config, header, bytes).await;
+        if result.is_err() {
+            // Entries saved for batches that did not make it (the checkpoint may keep them:
+            // recovery drops entries past the log's end).
+            let end = self.end_offset.get();
+            self.epochs.borrow_mut().truncate_from_end(end);
+        }
+        result
+    }
+
+    async fn append_batch_inner(
+        &self,
+        config: &LogConfig,
+        header: &BatchHeader,
+        bytes: Bytes,
+    ) -> Result<(), AppendError> {
+        self.roll_if_needed(config, header.size_bytes(), header.last_offset_delta)
+            .await?;
+        let writer = self.state.borrow().writer.clone();
+        writer.wait_for_room().await.map_err(AppendError::Storage)?;
+        self.check_open()?;
+        let next_offset = header.next_offset();
+        writer.append(&bytes, next_offset);
+        {
+            let mut state = self.state.borrow_mut();
+            state
+                .active_mut()
+                .record(header, config.index_interval_bytes);
+            state.unsynced_messages += header.record_count.max(0) as u64;
+            state.unsynced_since_ms.get_or_insert_with(now_ms);
+        }
+        self.shard.cache.insert(
+            self.cache_key,
+            CachedBatch {
+                base_offset: header.base_offset,
+                next_offset,
+                bytes,
+            },
+        );
+        self.end_offset.advance(next_offset);
+        // Per batch: the next one may wait for room, which this one's write makes.
+        self.shard.background.notify(self);
+        Ok(())
+    }
+
+    /// After an append of `record_bytes` that ended at `next_offset`: the free-space guard's
+    /// count, and a sync when `flush.messages` asks for one.
+    fn appended(&self, config: &LogConfig, record_bytes: u64, next_offset: i64) {
+        self.shard.space.appended(record_bytes);
+        let unsynced = self.state.borrow().unsynced_messages;
+        let sync_by_count = config.flush_messages.is_some_and(|n| unsynced >= n);
+        if sync_by_count {
+            self.sync_wanted.advance(next_offset);
+            self.shard.background.notify(self);
+        }
     }
 
     /// Waits until every batch below `offset` is written to its file (it survives a crash of
@@ -472,7 +604,7 @@ impl Log {
     }
 
     /// Records a disk failure: the log stops taking appends, and every waiter is told.
-    fn fail(&self, e: IoFailure) -> IoFailure {
+    pub(crate) fn fail(&self, e: IoFailure) -> IoFailure {
         tracing::error!(log = %self.dir.display(), error = %e, "disk error: log is offline");
         self.state.borrow_mut().error.get_or_insert(e.clone());
         self.written_offset.close();
@@ -906,8 +1038,12 @@ impl Log {
                 self.delete_segment_files(segment).await?;
             }
         }
+        // The first kept epoch now starts at the log start (DeleteRecords may move the start
+        // inside a segment, deleting none).
+        let (start, end) = (self.log_start_offset(), self.end_offset.get());
+        self.change_epochs(|epochs| epochs.keep_within(start, end))
+            .await?;
         if !bases.is_empty() {
-            let start = self.log_start_offset();
             self.shard.cache.forget_below(self.cache_key, start);
             tracing::info!(
                 log = %self.dir.display(),
@@ -1014,6 +1150,8 @@ impl Log {
         self.written_offset.reset(next);
         self.durable_offset.reset(next);
         self.sync_wanted.reset(next);
+        self.change_epochs(|epochs| epochs.truncate_from_end(next))
+            .await?;
         tracing::info!(log = %self.dir.display(), log_end_offset = next, "truncated");
         Ok(())
     }
@@ -1155,6 +1293,31 @@ impl Log {
         state.unsynced_since_ms = if caught_up { None } else { Some(now_ms()) };
         Ok(())
     }
+}
+
+/// Checks a follower's batches (each element whole batches, back to back) and returns each
+/// batch with its header, as slices of the elements.
+fn split_replicated(batches: &[Bytes]) -> Result<Vec<(BatchHeader, Bytes)>, AppendError> {
+    let mut out = Vec::new();
+    let mut position = 0;
+    for bytes in batches {
+        let mut at = 0;
+        while at < bytes.len() {
+            let header = batch::validate(&bytes[at..], LogConfig::SEGMENT_BYTES_LIMIT as usize)
+                .map_err(|source| AppendError::InvalidBatch {
+                    position: position + at,
+                    source,
+                })?;
+            let size = header.size_bytes();
+            out.push((header, bytes.slice(at..at + size)));
+            at += size;
+        }
+        position += bytes.len();
+    }
+    if out.is_empty() {
+        return Err(AppendError::Empty);
+    }
+    Ok(out)
 }
 
 /// Checks a producer's record set and returns the header of each batch in it.

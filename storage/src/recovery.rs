@@ -20,6 +20,7 @@ use crate::fifo_lock::FifoLock;
 
 use crate::background::LogSlot;
 use crate::config::LogConfig;
+use crate::epochs::LeaderEpochs;
 use crate::error::{IoFailure, LogError};
 use crate::file::{self, SegmentFile};
 use crate::index::{OffsetIndex, TimeIndex};
@@ -83,6 +84,15 @@ impl ShardStorage {
             written_offset.clone(),
         ));
         let start = StartOffset::load(dir, self.io_mode).await?;
+        let first_base = segments.keys().next().copied().unwrap_or(0);
+        let epochs = LeaderEpochs::recover(
+            dir,
+            self.io_mode,
+            &segments,
+            first_base.max(start.get()),
+            end,
+        )
+        .await?;
         let log = Rc::new_cyclic(|me| Log {
             me: me.clone(),
             slot: LogSlot::default(),
@@ -106,6 +116,7 @@ impl ShardStorage {
             closed: Cell::new(false),
             readahead: RefCell::new(None),
             start,
+            epochs: RefCell::new(epochs),
         });
         tracing::debug!(
             log = %dir.display(),

@@ -362,6 +362,49 @@ impl Segment {
             self.record(&header, index_interval_bytes);
         }
     }
+
+    /// (partitionLeaderEpoch, base offset) of each batch that carries another epoch than the
+    /// batch before it, of the batches that end after `from` (the log start: batches wholly
+    /// before it are deleted records, whatever their epochs), from the headers alone (the epoch
+    /// is outside the CRC, so checking it would prove nothing about it). Stops at the first
+    /// header that does not follow the one before (damage a read would report) or reaches past
+    /// the segment's end.
+    pub async fn batch_epochs(&self, from: i64) -> Result<Vec<(i32, i64)>, IoFailure> {
+        let mut out: Vec<(i32, i64)> = Vec::new();
+        if self.next_offset <= from {
+            return Ok(out);
+        }
+        let mut window = Vec::new();
+        let mut window_pos = 0u64;
+        let mut pos = 0u64;
+        let mut next_offset = self.base_offset;
+        while pos + HEADER_BYTES as u64 <= self.size_bytes && next_offset < self.next_offset {
+            let mut at = (pos - window_pos) as usize;
+            if pos < window_pos || window.len() < at + HEADER_BYTES {
+                window = self.file.read_at(pos, SCAN_CHUNK_BYTES).await?;
+                window_pos = pos;
+                at = 0;
+            }
+            let Ok(header) = BatchHeader::parse(&window[at..]) else {
+                break;
+            };
+            let end = pos + header.size_bytes() as u64;
+            if header.base_offset != next_offset || end > self.size_bytes {
+                break;
+            }
+            let kept = header.next_offset() > from;
+            if kept
+                && out
+                    .last()
+                    .is_none_or(|&(e, _)| e != header.partition_leader_epoch)
+            {
+                out.push((header.partition_leader_epoch, header.base_offset));
+            }
+            next_offset = header.next_offset();
+            pos = end;
+        }
+        Ok(out)
+    }
 }
 
 /// What [`read_batches`] reads.

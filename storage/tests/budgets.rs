@@ -76,9 +76,10 @@ fn many_writing_partitions_share_the_budgets_and_idle_ones_give_them_back() {
         assert_eq!(shard.reserved_ahead_bytes(), 0);
         assert_eq!(shard.write_buffer_used_bytes(), 0);
         let allocated = allocated_bytes(dir.path());
-        // Each log's last page may be whole on disk, and file systems allocate in blocks.
+        // Each log's last page may be whole on disk, and file systems allocate in blocks; each
+        // log also has its leader-epoch-checkpoint (a block).
         assert!(
-            allocated <= written + 64 * 2 * 4096,
+            allocated <= written + 64 * 3 * 4096,
             "allocated {allocated} for {written} written"
         );
         for log in &logs {
