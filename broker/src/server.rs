@@ -268,6 +268,7 @@ fn register(config: &BrokerConfig, shards: usize) -> Result<ClusterMetadata, Ser
         shards: u16::try_from(shards).unwrap_or(u16::MAX),
         rack: config.rack.clone(),
         fenced: false,
+        replication_ports: Vec::new(),
     });
     model::apply(&mut metadata, &registration).map_err(ServeError::Register)?;
     if metadata.version != before || !metadata::path(data_dir).exists() {

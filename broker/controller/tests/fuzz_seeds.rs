@@ -131,6 +131,7 @@ fn cluster_seeds() -> Vec<(&'static str, Frame)> {
         shards: 2,
         rack: Some("rack-a".into()),
         fenced: false,
+        replication_ports: Vec::new(),
     };
     let raft = wire::encode("spindle", NodeId(1), NodeId(2), &seeds()[0].1).unwrap();
     vec![

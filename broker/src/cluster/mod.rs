@@ -314,6 +314,7 @@ impl Cluster {
                 .map_or(1, |s| u16::try_from(s.count).unwrap_or(u16::MAX)),
             rack: config.and_then(|c| c.rack.clone()),
             fenced: false,
+            replication_ports: Vec::new(),
         }
     }
 
