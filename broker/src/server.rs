@@ -10,8 +10,8 @@ use std::cell::{Cell, OnceCell};
 use std::net::SocketAddr;
 use std::os::fd::IntoRawFd;
 use std::path::Path;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -22,13 +22,15 @@ use net::ConnectionConfig;
 use net::frame::ReadTimeouts;
 use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
-use model::{BrokerRegistration, ClusterMetadata, Command};
+use model::{BrokerRegistration, ClusterMetadata, Command, NodeId, ShardId};
+use quorum::replica_wire::ReplicaMessage;
 
 use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::handler::Connection;
 use crate::mesh::{self, Mesh};
 use crate::metadata;
+use crate::replication::link::{ReplicaHandler, ReplicaLinks};
 use crate::shard::Shard;
 
 /// How long a stopping shard lets its connections finish their requests.
@@ -175,6 +177,8 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let metadata = Arc::new(metadata);
     let rendezvous = Rendezvous::new(shards);
+    // Each shard's replication port, for the registration shard 0 heartbeats.
+    let replication_ports: Arc<[AtomicU16]> = (0..shards).map(|_| AtomicU16::new(0)).collect();
     let stops = Stops::default();
     let (exits, exited) = mpsc::channel();
     let mut executors = Vec::new();
@@ -186,6 +190,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
             None => Placement::Unbound,
         };
         let (config, metadata, rendezvous) = (config.clone(), metadata.clone(), rendezvous.clone());
+        let replication_ports = replication_ports.clone();
         let exits = exits.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
@@ -197,6 +202,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
                     io_mode,
                     ends,
                     rendezvous.clone(),
+                    replication_ports,
                     stopped,
                 )
                 .await;
@@ -369,6 +375,7 @@ async fn run_shard(
     io_mode: ResolvedIoMode,
     ends: mesh::Ends<Shard>,
     rendezvous: Rendezvous,
+    replication_ports: Arc<[AtomicU16]>,
     stop: oneshot::Receiver<()>,
 ) -> Result<(), String> {
     let context = Rc::new(OnceCell::new());
@@ -383,6 +390,8 @@ async fn run_shard(
         .apply_metadata(metadata)
         .await
         .map_err(|e| e.to_string())?;
+    // Kept open until the shard stops.
+    let _replication = listen_for_replication(&config, id, &replication_ports).await?;
     rendezvous.meet(1).await?;
     let mut stop = stop;
     let mut cluster = None;
@@ -392,7 +401,11 @@ async fn run_shard(
                 .await
                 .map_err(|e| e.message)?,
             Some(_) => {
-                let c = Cluster::start(&shard, &config).map_err(|e| e.to_string())?;
+                let ports = replication_ports
+                    .iter()
+                    .map(|p| p.load(Ordering::Acquire))
+                    .collect();
+                let c = Cluster::start(&shard, &config, ports).map_err(|e| e.to_string())?;
                 if let Some(controller) = shard.controller() {
                     controller.set_cluster(c.clone());
                 }
@@ -489,6 +502,47 @@ async fn run_shard(
         Some(why) => Err(why),
         None => Ok(()),
     }
+}
+
+/// A cluster node's shard listens for its peer shards' replication (on the host of
+/// `--cluster-listen`, port base + shard or one the OS picks) and records its port for the
+/// node's registration.
+async fn listen_for_replication(
+    config: &BrokerConfig,
+    id: usize,
+    ports: &[AtomicU16],
+) -> Result<Option<Rc<ReplicaLinks>>, String> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(None);
+    };
+    let shard = u16::try_from(id).map_err(|e| e.to_string())?;
+    let port = cluster
+        .replication_base_port
+        .map_or(0, |base| base.saturating_add(shard));
+    let host = cluster.listen.ip().to_string();
+    let links = ReplicaLinks::listen(
+        config.node_id,
+        ShardId(shard),
+        &crate::cluster::cluster_id(cluster),
+        &host,
+        port,
+        Weak::<Unwired>::new(),
+    )
+    .await
+    .map_err(|e| format!("shard {id}: listening for replication on {host}:{port}: {e}"))?;
+    if let Some(slot) = ports.get(id) {
+        slot.store(links.port(), Ordering::Release);
+    }
+    Ok(Some(links))
+}
+
+/// Stands in for the shard's replicas until they take the links' messages (issue 11): it is
+/// never upgraded, so what arrives is dropped.
+struct Unwired;
+
+impl ReplicaHandler for Unwired {
+    fn message(&self, _: NodeId, _: ReplicaMessage) {}
+    fn disconnected(&self, _: NodeId) {}
 }
 
 async fn accept_loop(

@@ -372,3 +372,31 @@ fn hello_of(node: i32) -> Bytes {
     .unwrap()
     .header
 }
+
+#[test]
+fn the_replication_address_comes_from_the_registration() {
+    use broker::replication::link::replication_addr;
+    let mut metadata = model::ClusterMetadata::new(CLUSTER.into());
+    let broker = |id: i32, ports: Vec<u16>| model::BrokerRegistration {
+        id: NodeId(id),
+        host: "client.example".into(),
+        port: 9092,
+        cluster_listener: Some("127.0.0.2:9192".into()),
+        shards: 2,
+        rack: None,
+        fenced: false,
+        replication_ports: ports,
+    };
+    metadata
+        .brokers
+        .insert(NodeId(1), broker(1, vec![9300, 9301]));
+    // Registered before replication: no ports.
+    metadata.brokers.insert(NodeId(2), broker(2, Vec::new()));
+    assert_eq!(
+        replication_addr(&metadata, NodeId(1), ShardId(1)),
+        Some(SocketAddr::from(([127, 0, 0, 2], 9301)))
+    );
+    assert_eq!(replication_addr(&metadata, NodeId(1), ShardId(2)), None);
+    assert_eq!(replication_addr(&metadata, NodeId(2), ShardId(0)), None);
+    assert_eq!(replication_addr(&metadata, NodeId(3), ShardId(0)), None);
+}
