@@ -85,6 +85,9 @@ struct Rendezvous {
     /// Set by a shard that failed: the others stop waiting for it.
     failed: Arc<AtomicBool>,
     shards: usize,
+    /// Each shard's replication port, set before the first round, for the registration shard
+    /// 0 heartbeats.
+    replication_ports: Arc<[AtomicU16]>,
 }
 
 impl Rendezvous {
@@ -93,7 +96,22 @@ impl Rendezvous {
             arrived: Arc::new(AtomicUsize::new(0)),
             failed: Arc::new(AtomicBool::new(false)),
             shards,
+            replication_ports: (0..shards).map(|_| AtomicU16::new(0)).collect(),
         }
+    }
+
+    fn set_replication_port(&self, shard: usize, port: u16) {
+        if let Some(slot) = self.replication_ports.get(shard) {
+            slot.store(port, Ordering::Release);
+        }
+    }
+
+    /// Every shard's replication port (after the first round).
+    fn replication_ports(&self) -> Vec<u16> {
+        self.replication_ports
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .collect()
     }
 
     /// Waits until every shard has called this `round` times (rounds are 1, 2, ...); fails if
@@ -177,8 +195,6 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let metadata = Arc::new(metadata);
     let rendezvous = Rendezvous::new(shards);
-    // Each shard's replication port, for the registration shard 0 heartbeats.
-    let replication_ports: Arc<[AtomicU16]> = (0..shards).map(|_| AtomicU16::new(0)).collect();
     let stops = Stops::default();
     let (exits, exited) = mpsc::channel();
     let mut executors = Vec::new();
@@ -190,7 +206,6 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
             None => Placement::Unbound,
         };
         let (config, metadata, rendezvous) = (config.clone(), metadata.clone(), rendezvous.clone());
-        let replication_ports = replication_ports.clone();
         let exits = exits.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
@@ -202,7 +217,6 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
                     io_mode,
                     ends,
                     rendezvous.clone(),
-                    replication_ports,
                     stopped,
                 )
                 .await;
@@ -375,7 +389,6 @@ async fn run_shard(
     io_mode: ResolvedIoMode,
     ends: mesh::Ends<Shard>,
     rendezvous: Rendezvous,
-    replication_ports: Arc<[AtomicU16]>,
     stop: oneshot::Receiver<()>,
 ) -> Result<(), String> {
     let context = Rc::new(OnceCell::new());
@@ -391,7 +404,7 @@ async fn run_shard(
         .await
         .map_err(|e| e.to_string())?;
     // Kept open until the shard stops.
-    let _replication = listen_for_replication(&config, id, &replication_ports).await?;
+    let _replication = listen_for_replication(&config, id, &rendezvous).await?;
     rendezvous.meet(1).await?;
     let mut stop = stop;
     let mut cluster = None;
@@ -401,10 +414,7 @@ async fn run_shard(
                 .await
                 .map_err(|e| e.message)?,
             Some(_) => {
-                let ports = replication_ports
-                    .iter()
-                    .map(|p| p.load(Ordering::Acquire))
-                    .collect();
+                let ports = rendezvous.replication_ports();
                 let c = Cluster::start(&shard, &config, ports).map_err(|e| e.to_string())?;
                 if let Some(controller) = shard.controller() {
                     controller.set_cluster(c.clone());
@@ -510,7 +520,7 @@ async fn run_shard(
 async fn listen_for_replication(
     config: &BrokerConfig,
     id: usize,
-    ports: &[AtomicU16],
+    rendezvous: &Rendezvous,
 ) -> Result<Option<Rc<ReplicaLinks>>, String> {
     let Some(cluster) = &config.cluster else {
         return Ok(None);
@@ -530,9 +540,7 @@ async fn listen_for_replication(
     )
     .await
     .map_err(|e| format!("shard {id}: listening for replication on {host}:{port}: {e}"))?;
-    if let Some(slot) = ports.get(id) {
-        slot.store(links.port(), Ordering::Release);
-    }
+    rendezvous.set_replication_port(id, links.port());
     Ok(Some(links))
 }
 
