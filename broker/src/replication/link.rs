@@ -607,8 +607,10 @@ async fn write_out<W: AsyncWrite + Unpin>(
             Err(nix::errno::Errno::EAGAIN) => {
                 // The socket is full: glommio waits for room (within the write timeout) and
                 // writes some of the first slice; the rest goes vectored again.
-                let n = writer.write(&slices[0]).await?;
-                outbox.advance(n);
+                if let Some(first) = slices.first() {
+                    let n = writer.write(first).await?;
+                    outbox.advance(n);
+                }
             }
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(io::Error::from(e)),
