@@ -129,6 +129,10 @@ pub struct Settings {
     /// How often a broker sends the active controller a heartbeat [default: 2000].
     #[arg(long)]
     pub broker_heartbeat_interval_ms: Option<u64>,
+    /// Shard k listens for replication from its peer shards on this port + k, on the host of
+    /// --cluster-listen [default: a port the OS picks, registered with the controller].
+    #[arg(long)]
+    pub replication_listen_base_port: Option<u16>,
     /// Memory for each shard's write buffers, shared by its partitions as they write
     /// [default: 67108864].
     #[arg(long)]
@@ -218,6 +222,8 @@ pub struct ClusterConfig {
     pub voters: BTreeMap<NodeId, SocketAddr>,
     pub session_timeout_ms: u64,
     pub heartbeat_interval_ms: u64,
+    /// Shard k's replication listener port is this + k; `None`: each picks one (port 0).
+    pub replication_base_port: Option<u16>,
 }
 
 impl ClusterConfig {
@@ -315,6 +321,7 @@ impl Settings {
             request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
             connections_max_idle_ms, cluster_listen, controller_voters,
             broker_session_timeout_ms, broker_heartbeat_interval_ms,
+            replication_listen_base_port,
             write_buffer_bytes, preallocate_bytes, min_free_bytes, index_bytes,
         )
     }
@@ -410,7 +417,7 @@ impl Settings {
                 node_id.0
             )));
         }
-        let cluster = self.cluster(node_id)?;
+        let cluster = self.cluster(node_id, cores)?;
         Ok(BrokerConfig {
             listen,
             advertise_host,
@@ -448,7 +455,7 @@ impl Settings {
         })
     }
 
-    fn cluster(&self, node: NodeId) -> Result<Option<ClusterConfig>, ConfigError> {
+    fn cluster(&self, node: NodeId, shards: usize) -> Result<Option<ClusterConfig>, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(m);
         let Some(list) = &self.controller_voters else {
             if self.cluster_listen.is_some() {
@@ -456,8 +463,23 @@ impl Settings {
                     "--cluster-listen needs --controller-voters (the quorum to join)".into(),
                 ));
             }
+            if self.replication_listen_base_port.is_some() {
+                return Err(invalid(
+                    "--replication-listen-base-port needs --controller-voters (a node of its \
+                     own replicates nothing)"
+                        .into(),
+                ));
+            }
             return Ok(None);
         };
+        if let Some(base) = self.replication_listen_base_port
+            && (base == 0 || usize::from(base) + shards > usize::from(u16::MAX) + 1)
+        {
+            return Err(invalid(format!(
+                "--replication-listen-base-port {base}: the ports of {shards} shards must be \
+                 1 to 65535"
+            )));
+        }
         let voters =
             parse_voters(list).map_err(|e| invalid(format!("--controller-voters: {e}")))?;
         let listen = self.cluster_listen.ok_or_else(|| {
@@ -483,6 +505,7 @@ impl Settings {
             voters,
             session_timeout_ms,
             heartbeat_interval_ms,
+            replication_base_port: self.replication_listen_base_port,
         }))
     }
 
@@ -639,6 +662,32 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("--fetch-memory-bytes")
+        );
+    }
+
+    #[test]
+    fn the_replication_base_port_is_a_cluster_nodes_and_fits_every_shard() {
+        let cluster = "controller_voters = \"1@127.0.0.1:9192\"\ncluster_listen = \"127.0.0.1:9192\"\n\
+                       node_id = 1\ncores = 2\n";
+        let with = |extra: &str| toml::from_str::<Settings>(&format!("{cluster}{extra}")).unwrap();
+        let base = with("replication_listen_base_port = 9300")
+            .resolve()
+            .unwrap();
+        assert_eq!(base.cluster.unwrap().replication_base_port, Some(9300));
+        let picked = with("").resolve().unwrap();
+        assert_eq!(picked.cluster.unwrap().replication_base_port, None);
+        let past_the_end = with("replication_listen_base_port = 65535").resolve();
+        assert!(past_the_end.unwrap_err().to_string().contains("1 to 65535"));
+        let alone = Settings {
+            replication_listen_base_port: Some(9300),
+            ..Settings::default()
+        };
+        assert!(
+            alone
+                .resolve()
+                .unwrap_err()
+                .to_string()
+                .contains("--controller-voters")
         );
     }
 

@@ -17,6 +17,7 @@ mod partition;
 mod producer;
 mod proposals;
 mod recompress;
+pub mod replication;
 mod resource_config;
 mod routing;
 pub mod server;

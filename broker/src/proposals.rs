@@ -482,6 +482,7 @@ mod tests {
                     shards: 1,
                     rack: None,
                     fenced: false,
+                    replication_ports: Vec::new(),
                 },
             );
         }

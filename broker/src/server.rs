@@ -10,8 +10,8 @@ use std::cell::{Cell, OnceCell};
 use std::net::SocketAddr;
 use std::os::fd::IntoRawFd;
 use std::path::Path;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -22,13 +22,15 @@ use net::ConnectionConfig;
 use net::frame::ReadTimeouts;
 use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
-use model::{BrokerRegistration, ClusterMetadata, Command};
+use model::{BrokerRegistration, ClusterMetadata, Command, NodeId, ShardId};
+use quorum::replica_wire::ReplicaMessage;
 
 use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::handler::Connection;
 use crate::mesh::{self, Mesh};
 use crate::metadata;
+use crate::replication::link::{ReplicaHandler, ReplicaLinks};
 use crate::shard::Shard;
 
 /// How long a stopping shard lets its connections finish their requests.
@@ -83,6 +85,9 @@ struct Rendezvous {
     /// Set by a shard that failed: the others stop waiting for it.
     failed: Arc<AtomicBool>,
     shards: usize,
+    /// Each shard's replication port, set before the first round, for the registration shard
+    /// 0 heartbeats.
+    replication_ports: Arc<[AtomicU16]>,
 }
 
 impl Rendezvous {
@@ -91,7 +96,22 @@ impl Rendezvous {
             arrived: Arc::new(AtomicUsize::new(0)),
             failed: Arc::new(AtomicBool::new(false)),
             shards,
+            replication_ports: (0..shards).map(|_| AtomicU16::new(0)).collect(),
         }
+    }
+
+    fn set_replication_port(&self, shard: usize, port: u16) {
+        if let Some(slot) = self.replication_ports.get(shard) {
+            slot.store(port, Ordering::Release);
+        }
+    }
+
+    /// Every shard's replication port (after the first round).
+    fn replication_ports(&self) -> Vec<u16> {
+        self.replication_ports
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .collect()
     }
 
     /// Waits until every shard has called this `round` times (rounds are 1, 2, ...); fails if
@@ -268,6 +288,7 @@ fn register(config: &BrokerConfig, shards: usize) -> Result<ClusterMetadata, Ser
         shards: u16::try_from(shards).unwrap_or(u16::MAX),
         rack: config.rack.clone(),
         fenced: false,
+        replication_ports: Vec::new(),
     });
     model::apply(&mut metadata, &registration).map_err(ServeError::Register)?;
     if metadata.version != before || !metadata::path(data_dir).exists() {
@@ -382,6 +403,8 @@ async fn run_shard(
         .apply_metadata(metadata)
         .await
         .map_err(|e| e.to_string())?;
+    // Kept open until the shard stops.
+    let _replication = listen_for_replication(&config, id, &rendezvous).await?;
     rendezvous.meet(1).await?;
     let mut stop = stop;
     let mut cluster = None;
@@ -391,7 +414,8 @@ async fn run_shard(
                 .await
                 .map_err(|e| e.message)?,
             Some(_) => {
-                let c = Cluster::start(&shard, &config).map_err(|e| e.to_string())?;
+                let ports = rendezvous.replication_ports();
+                let c = Cluster::start(&shard, &config, ports).map_err(|e| e.to_string())?;
                 if let Some(controller) = shard.controller() {
                     controller.set_cluster(c.clone());
                 }
@@ -488,6 +512,45 @@ async fn run_shard(
         Some(why) => Err(why),
         None => Ok(()),
     }
+}
+
+/// A cluster node's shard listens for its peer shards' replication (on the host of
+/// `--cluster-listen`, port base + shard or one the OS picks) and records its port for the
+/// node's registration.
+async fn listen_for_replication(
+    config: &BrokerConfig,
+    id: usize,
+    rendezvous: &Rendezvous,
+) -> Result<Option<Rc<ReplicaLinks>>, String> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(None);
+    };
+    let shard = u16::try_from(id).map_err(|e| e.to_string())?;
+    let port = cluster
+        .replication_base_port
+        .map_or(0, |base| base.saturating_add(shard));
+    let host = cluster.listen.ip().to_string();
+    let links = ReplicaLinks::listen(
+        config.node_id,
+        ShardId(shard),
+        &crate::cluster::cluster_id(cluster),
+        &host,
+        port,
+        Weak::<Unwired>::new(),
+    )
+    .await
+    .map_err(|e| format!("shard {id}: listening for replication on {host}:{port}: {e}"))?;
+    rendezvous.set_replication_port(id, links.port());
+    Ok(Some(links))
+}
+
+/// Stands in for the shard's replicas until they take the links' messages (issue 11): it is
+/// never upgraded, so what arrives is dropped.
+struct Unwired;
+
+impl ReplicaHandler for Unwired {
+    fn message(&self, _: NodeId, _: ReplicaMessage) {}
+    fn disconnected(&self, _: NodeId) {}
 }
 
 async fn accept_loop(

@@ -6,6 +6,7 @@
 //! - [`groups`]: the records of the consumer offsets log (committed offsets).
 //! - [`controller`]: the Raft frames between the voters of the controller quorum.
 //! - [`cluster`]: the envelope of every node-to-node frame on the cluster listener.
+//! - [`replication`]: the frames between peer shards that replicate partitions.
 
 #[allow(
     unsafe_code,
@@ -22,3 +23,4 @@ pub use generated::spindle::cluster;
 pub use generated::spindle::controller;
 pub use generated::spindle::groups;
 pub use generated::spindle::metadata;
+pub use generated::spindle::replication;

@@ -234,6 +234,7 @@ mod tests {
                 shards: 1,
                 rack: None,
                 fenced: false,
+                replication_ports: Vec::new(),
             };
             m.brokers.insert(NodeId(id), broker);
         }

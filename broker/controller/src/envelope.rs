@@ -371,6 +371,7 @@ mod tests {
             shards: 2,
             rack: None,
             fenced: false,
+            replication_ports: Vec::new(),
         }
     }
 

@@ -61,6 +61,8 @@
 //! - [`quorum`]: `Quorum`, its config, events and actions.
 //! - [`wire`]: the Raft frames between voters (FlatBuffers, `schema/fbs/controller.fbs`).
 //! - [`envelope`]: every frame on the cluster listener (`schema/fbs/cluster.fbs`), Raft's inside.
+//! - [`replica_wire`]: the frames between peer shards that replicate partitions
+//!   (`schema/fbs/replication.fbs`): the handshake and the replica messages.
 //! - [`types`]: terms, log indexes and the plain records the host persists.
 //! - `log_store`: the in-memory log behind raft-rs's `Storage`, bounded by the snapshots.
 //! - `logger`: raft-rs's slog records forwarded to tracing.
@@ -72,6 +74,7 @@ mod log_store;
 mod logger;
 pub mod quorum;
 pub mod replica;
+pub mod replica_wire;
 pub mod types;
 pub mod wire;
 

@@ -1,7 +1,8 @@
 //! The seeds of the `controller_frame` fuzz target (`fuzz/corpus/controller_frame/`) are frames
 //! `wire::encode` writes, one for each kind of Raft message that travels between nodes, from
 //! node 1 to node 2 of cluster "spindle" (what the target decodes as); those of `cluster_frame`
-//! (`fuzz/corpus/cluster_frame/`) are what `envelope::encode` writes, one for each kind of frame.
+//! (`fuzz/corpus/cluster_frame/`) are what `envelope::encode` writes, one for each kind of frame;
+//! those of `replica_frame` (`fuzz/corpus/replica_frame/`) what `replica_wire::encode` writes.
 //! This test keeps them so: it fails when the encoding changes under them.
 //! `SPINDLE_WRITE_FUZZ_SEEDS=1 cargo test -p controller --test fuzz_seeds` writes them again.
 #![allow(clippy::unwrap_used)]
@@ -15,7 +16,7 @@ use bytes::Bytes;
 use controller::envelope::{
     self, Committed, Frame, Heartbeat, HeartbeatReply, NotCommitted, ProposeReply, Refusal,
 };
-use controller::wire;
+use controller::{replica_wire, wire};
 use model::{Applied, BrokerRegistration, Command, NodeId};
 use raft::eraftpb::{Entry, Message, MessageType};
 
@@ -131,6 +132,7 @@ fn cluster_seeds() -> Vec<(&'static str, Frame)> {
         shards: 2,
         rack: Some("rack-a".into()),
         fenced: false,
+        replication_ports: Vec::new(),
     };
     let raft = wire::encode("spindle", NodeId(1), NodeId(2), &seeds()[0].1).unwrap();
     vec![
@@ -219,5 +221,89 @@ fn the_cluster_fuzz_seeds_are_what_encode_writes() {
         let (from, decoded) = envelope::decode(&bytes, 1 << 20).unwrap();
         assert_eq!((from, &decoded), (NodeId(2), &frame), "{name}");
         keep_seed("cluster_frame", name, bytes);
+    }
+}
+
+/// Seeds of `replica_frame`: one frame of each kind, as the bytes after the length prefix (what
+/// `replica_wire::decode` takes).
+fn replica_seeds() -> Vec<(&'static str, replica_wire::Frame)> {
+    use replica_wire::{Frame, Hello, PartitionKey, ReplicaMessage as M};
+    let key = |partition| PartitionKey {
+        topic: model::TopicId(uuid::Uuid::from_u128(0x5eed)),
+        partition,
+    };
+    vec![
+        (
+            "hello",
+            Frame::Hello(Hello {
+                node: NodeId(1),
+                shard: model::ShardId(0),
+                cluster_id: "spindle".into(),
+            }),
+        ),
+        ("refused", Frame::Refused("shard 1 is not shard 0".into())),
+        (
+            "append",
+            Frame::Message(M::Append {
+                key: key(3),
+                leader_epoch: 2,
+                high_watermark: 10,
+                base_offset: 12,
+                batches: vec![Bytes::from_static(b"batch one"), Bytes::from_static(b"two")],
+            }),
+        ),
+        (
+            "epoch_end",
+            Frame::Message(M::EpochEnd {
+                key: key(3),
+                leader_epoch: 2,
+                epoch: Some(1),
+                end_offset: 7,
+            }),
+        ),
+        (
+            "progress",
+            Frame::Message(M::Progress {
+                key: key(3),
+                leader_epoch: 2,
+                log_end: 12,
+                written: 12,
+                durable: 11,
+            }),
+        ),
+        (
+            "epoch_query",
+            Frame::Message(M::EpochQuery {
+                key: key(3),
+                leader_epoch: 2,
+                epoch: 1,
+            }),
+        ),
+        (
+            "stale",
+            Frame::Message(M::Stale {
+                key: key(3),
+                leader_epoch: 2,
+                follower_epoch: 4,
+            }),
+        ),
+    ]
+}
+
+#[test]
+fn the_replica_fuzz_seeds_are_what_encode_writes() {
+    let limits = replica_wire::Limits {
+        frame_bytes_max: 1 << 20,
+        batches_max: 64,
+    };
+    for (name, frame) in replica_seeds() {
+        let encoded = replica_wire::encode(frame.clone()).unwrap();
+        let mut bytes = encoded.header[replica_wire::LENGTH_BYTES..].to_vec();
+        for batch in &encoded.batches {
+            bytes.extend_from_slice(batch);
+        }
+        let decoded = replica_wire::decode(Bytes::from(bytes.clone()), limits).unwrap();
+        assert_eq!(decoded, frame, "{name}");
+        keep_seed("replica_frame", name, bytes);
     }
 }

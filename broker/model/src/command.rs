@@ -253,6 +253,7 @@ mod tests {
             shards: 2,
             rack: None,
             fenced: false,
+            replication_ports: Vec::new(),
         }
     }
 

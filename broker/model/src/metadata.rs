@@ -78,6 +78,10 @@ pub struct BrokerRegistration {
     pub rack: Option<String>,
     /// A fenced broker is handed no partitions and leads none until it registers again.
     pub fenced: bool,
+    /// Each shard's replication listener port (shard k's at index k), on the host of
+    /// `cluster_listener`; empty for a broker that registered before replication (or one of its
+    /// own). A restarted node registers its new ports.
+    pub replication_ports: Vec<u16>,
 }
 
 /// Something other than a topic whose settings can be changed at run time (Kafka's config

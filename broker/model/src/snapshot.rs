@@ -49,6 +49,8 @@ pub(crate) fn encode_broker<'b>(
     let host = b.create_string(&r.host);
     let cluster_listener = r.cluster_listener.as_deref().map(|l| b.create_string(l));
     let rack = r.rack.as_deref().map(|l| b.create_string(l));
+    let replication_ports =
+        (!r.replication_ports.is_empty()).then(|| b.create_vector(&r.replication_ports));
     fb::Broker::create(
         b,
         &fb::BrokerArgs {
@@ -59,6 +61,7 @@ pub(crate) fn encode_broker<'b>(
             shards: r.shards,
             rack,
             fenced: r.fenced,
+            replication_ports,
         },
     )
 }
@@ -239,9 +242,23 @@ pub(crate) fn decode_broker(r: fb::Broker<'_>) -> Result<BrokerRegistration, Str
         shards: r.shards(),
         rack: r.rack().map(str::to_string),
         fenced: r.fenced(),
+        replication_ports: r
+            .replication_ports()
+            .map(|p| p.iter().collect())
+            .unwrap_or_default(),
     };
     if broker.shards == 0 {
         return Err(format!("broker {} has no shards", broker.id));
+    }
+    if !broker.replication_ports.is_empty()
+        && broker.replication_ports.len() != usize::from(broker.shards)
+    {
+        return Err(format!(
+            "broker {} has {} shards but {} replication ports",
+            broker.id,
+            broker.shards,
+            broker.replication_ports.len()
+        ));
     }
     Ok(broker)
 }
@@ -280,6 +297,11 @@ pub(crate) mod tests {
                     shards: 2,
                     rack: (id == 2).then(|| "r2".into()),
                     fenced: id == 2,
+                    replication_ports: if id == 1 {
+                        vec![9290, 9291]
+                    } else {
+                        Vec::new()
+                    },
                 },
             );
         }
@@ -329,6 +351,46 @@ pub(crate) mod tests {
         let mut flipped = bytes.clone();
         flipped[4] ^= 0xff;
         assert!(decode(&flipped, NodeId(0)).is_err());
+    }
+
+    #[test]
+    fn a_broker_registered_before_replication_loads_without_ports() {
+        let mut b = flatbuffers::FlatBufferBuilder::new();
+        let host = b.create_string("127.0.0.1");
+        let broker = fb::Broker::create(
+            &mut b,
+            &fb::BrokerArgs {
+                id: 3,
+                host: Some(host),
+                port: 9092,
+                shards: 2,
+                ..Default::default()
+            },
+        );
+        let brokers = b.create_vector(&[broker]);
+        let cluster_id = b.create_string("c");
+        let root = fb::Metadata::create(
+            &mut b,
+            &fb::MetadataArgs {
+                version: 1,
+                cluster_id: Some(cluster_id),
+                brokers: Some(brokers),
+                ..Default::default()
+            },
+        );
+        b.finish(root, Some("SPMD"));
+        let m = decode(b.finished_data(), NodeId(0)).expect("an old snapshot loads");
+        assert_eq!(m.brokers[&NodeId(3)].replication_ports, Vec::<u16>::new());
+        assert_eq!(m.brokers[&NodeId(3)].shards, 2);
+    }
+
+    #[test]
+    fn replication_ports_that_do_not_match_the_shards_are_refused() {
+        let mut m = sample();
+        if let Some(b) = m.brokers.get_mut(&NodeId(1)) {
+            b.replication_ports = vec![9290];
+        }
+        assert!(decode(&encode(&m), NodeId(0)).is_err());
     }
 
     #[test]

@@ -110,6 +110,8 @@ pub struct Cluster {
     config: ClusterConfig,
     voters: Vec<NodeId>,
     shard: Weak<Shard>,
+    /// Each shard's replication port, registered with every heartbeat.
+    replication_ports: Vec<u16>,
     started: Instant,
     /// This node's voter (`None` on a broker-only node), and its files.
     quorum: RefCell<Option<Quorum>>,
@@ -169,7 +171,12 @@ pub enum StartError {
 impl Cluster {
     /// Starts this node's part of the cluster on shard 0: its voter (replaying its log), the
     /// cluster listener, the links to the voters, the tick and the heartbeats.
-    pub fn start(shard: &Rc<Shard>, config: &BrokerConfig) -> Result<Rc<Cluster>, StartError> {
+    /// `replication_ports`: each shard's replication listener, for the registration.
+    pub fn start(
+        shard: &Rc<Shard>,
+        config: &BrokerConfig,
+        replication_ports: Vec<u16>,
+    ) -> Result<Rc<Cluster>, StartError> {
         let cluster = config
             .cluster
             .clone()
@@ -203,6 +210,7 @@ impl Cluster {
             incarnation: rand_seed() | 1,
             voters,
             shard: Rc::downgrade(shard),
+            replication_ports,
             started: Instant::now(),
             quorum: RefCell::new(quorum),
             disk: RefCell::new(disk),
@@ -314,6 +322,7 @@ impl Cluster {
                 .map_or(1, |s| u16::try_from(s.count).unwrap_or(u16::MAX)),
             rack: config.and_then(|c| c.rack.clone()),
             fenced: false,
+            replication_ports: self.replication_ports.clone(),
         }
     }
 

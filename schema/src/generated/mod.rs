@@ -92,4 +92,27 @@ pub mod spindle {
     mod record_generated;
     pub use self::record_generated::*;
   } // metadata
+  pub mod replication {
+    use super::*;
+    mod body_generated;
+    pub use self::body_generated::*;
+    mod hello_generated;
+    pub use self::hello_generated::*;
+    mod refused_generated;
+    pub use self::refused_generated::*;
+    mod partition_key_generated;
+    pub use self::partition_key_generated::*;
+    mod append_generated;
+    pub use self::append_generated::*;
+    mod epoch_end_generated;
+    pub use self::epoch_end_generated::*;
+    mod progress_generated;
+    pub use self::progress_generated::*;
+    mod epoch_query_generated;
+    pub use self::epoch_query_generated::*;
+    mod stale_generated;
+    pub use self::stale_generated::*;
+    mod frame_generated;
+    pub use self::frame_generated::*;
+  } // replication
 } // spindle

@@ -25,6 +25,7 @@ impl<'a> Broker<'a> {
   pub const VT_SHARDS: ::flatbuffers::VOffsetT = 12;
   pub const VT_RACK: ::flatbuffers::VOffsetT = 14;
   pub const VT_FENCED: ::flatbuffers::VOffsetT = 16;
+  pub const VT_REPLICATION_PORTS: ::flatbuffers::VOffsetT = 18;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -36,6 +37,7 @@ impl<'a> Broker<'a> {
     args: &'args BrokerArgs<'args>
   ) -> ::flatbuffers::WIPOffset<Broker<'bldr>> {
     let mut builder = BrokerBuilder::new(_fbb);
+    if let Some(x) = args.replication_ports { builder.add_replication_ports(x); }
     if let Some(x) = args.rack { builder.add_rack(x); }
     if let Some(x) = args.cluster_listener { builder.add_cluster_listener(x); }
     if let Some(x) = args.host { builder.add_host(x); }
@@ -96,6 +98,13 @@ impl<'a> Broker<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(Broker::VT_FENCED, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn replication_ports(&self) -> Option<::flatbuffers::Vector<'a, u16>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Broker::VT_REPLICATION_PORTS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Broker<'_> {
@@ -111,6 +120,7 @@ impl ::flatbuffers::Verifiable for Broker<'_> {
      .visit_field::<u16>("shards", Self::VT_SHARDS, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("rack", Self::VT_RACK, false)?
      .visit_field::<bool>("fenced", Self::VT_FENCED, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u16>>>("replication_ports", Self::VT_REPLICATION_PORTS, false)?
      .finish();
     Ok(())
   }
@@ -123,6 +133,7 @@ pub struct BrokerArgs<'a> {
     pub shards: u16,
     pub rack: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub fenced: bool,
+    pub replication_ports: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u16>>>,
 }
 impl<'a> Default for BrokerArgs<'a> {
   #[inline]
@@ -135,6 +146,7 @@ impl<'a> Default for BrokerArgs<'a> {
       shards: 0,
       rack: None,
       fenced: false,
+      replication_ports: None,
     }
   }
 }
@@ -173,6 +185,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> BrokerBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<bool>(Broker::VT_FENCED, fenced, false);
   }
   #[inline]
+  pub fn add_replication_ports(&mut self, replication_ports: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u16>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Broker::VT_REPLICATION_PORTS, replication_ports);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> BrokerBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     BrokerBuilder {
@@ -198,6 +214,7 @@ impl ::core::fmt::Debug for Broker<'_> {
       ds.field("shards", &self.shards());
       ds.field("rack", &self.rack());
       ds.field("fenced", &self.fenced());
+      ds.field("replication_ports", &self.replication_ports());
       ds.finish()
   }
 }
