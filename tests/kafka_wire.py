@@ -22,12 +22,17 @@ API_API_VERSIONS = 18
 API_DESCRIBE_QUORUM = 55
 API_DESCRIBE_CLUSTER = 60
 API_INIT_PRODUCER_ID = 22
+API_ELECT_LEADERS = 43
 
 ERROR_NONE = 0
 ERROR_OFFSET_OUT_OF_RANGE = 1
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
 ERROR_NOT_LEADER_OR_FOLLOWER = 6
 ERROR_TOPIC_ALREADY_EXISTS = 36
+# ElectLeaders' answers: the preferred replica is fenced or out of the ISR; nothing to do.
+ERROR_PREFERRED_LEADER_NOT_AVAILABLE = 80
+ERROR_ELECTION_NOT_NEEDED = 84
+ELECTION_PREFERRED = 0
 # Retriable: the coordinator (for InitProducerId, Kafka's producer id block) is not ready yet.
 ERROR_COORDINATOR_LOAD_IN_PROGRESS = 14
 ERROR_COORDINATOR_NOT_AVAILABLE = 15
@@ -381,6 +386,32 @@ def create_topic(
         raise WireError("CreateTopics answered for another topic")
     error = reader.int16()
     return error, reader.string()
+
+
+def elect_leaders(
+    conn: Connection, partitions: dict[str, list[int]] | None, election_type: int = ELECTION_PREFERRED
+) -> tuple[int, dict[tuple[str, int], int]]:
+    """ElectLeaders v1 of `partitions` (None: every partition): the top-level error code and each
+    partition's (topic, partition) -> error code."""
+    body = struct.pack(">b", election_type)
+    if partitions is None:
+        body += struct.pack(">i", -1)
+    else:
+        body += struct.pack(">i", len(partitions))
+        for topic, ids in partitions.items():
+            body += string(topic) + struct.pack(">i", len(ids)) + b"".join(struct.pack(">i", i) for i in ids)
+    body += struct.pack(">i", 30_000)  # timeout_ms
+    reader = conn.request(API_ELECT_LEADERS, 1, body)
+    reader.int32()  # throttle_time_ms
+    error = reader.int16()
+    results: dict[tuple[str, int], int] = {}
+    for _ in range(reader.array_len()):
+        topic = reader.string()
+        for _ in range(reader.array_len()):
+            partition = reader.int32()
+            results[(topic or "", partition)] = reader.int16()
+            reader.string()  # error_message
+    return error, results
 
 
 def fetch(conn: Connection, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20) -> FetchedPartition:

@@ -613,3 +613,21 @@ def test_cluster_describe_lists_the_brokers_and_the_controller(broker: Broker) -
     assert described["cluster_id"]
     text = ok(broker, "cluster", "describe")
     assert f"CONTROLLER  {node['node']}\n" in text and "127.0.0.1" in text, text
+
+
+def test_cluster_elect_leaders_on_one_node_has_nothing_to_move(broker: Broker, unique) -> None:
+    topic = unique("topic")
+    create_topic(broker, topic, 2)
+
+    # Every partition has its only replica as leader: named ones answer "not needed", and an
+    # election of every partition lists none of them.
+    assert ok_json(broker, "cluster", "elect-leaders", "--topic", topic) == [
+        {"topic": topic, "partition": p, "result": "not needed", "message": None} for p in (0, 1)
+    ]
+    assert topic not in {e["topic"] for e in ok_json(broker, "cluster", "elect-leaders")}
+    text = ok(broker, "cluster", "elect-leaders", "--topic", topic, "--partition", "1")
+    assert text.split() == ["TOPIC", "PARTITION", "RESULT", "MESSAGE", topic, "1", "not", "needed", "-"], text
+
+    assert fails(broker, "cluster", "elect-leaders", "--topic", unique("missing")).startswith("error: topic '")
+    error = fails(broker, "cluster", "elect-leaders", "--topic", topic, "--partition", "7")
+    assert error == "error: the election failed for 1 of 1 partitions", error

@@ -371,6 +371,59 @@ def test_sigterm_moves_a_brokers_leadership_first_and_producers_see_only_retriab
         assert not led, f"node {node.node_id} says node {victim.node_id} still leads {led}"
 
 
+def test_a_preferred_leader_election_moves_leadership_back_to_the_restarted_first_replica(cluster, unique) -> None:
+    """Kill -9 a partition's first replica: another in-sync replica leads, and an election
+    cannot move it back while the first is away. Restarted, the first replica catches up and
+    rejoins the ISR (replication, issue 11); then `spindle cluster elect-leaders` makes it the
+    leader again, on every node, with every record acknowledged before."""
+    topic = unique("topic")
+    created = create_through(cluster.node(1), topic, partitions=1, replication_factor=3)
+    [placed] = wait_visible_everywhere(cluster, topic, 1, since=created, timeout_s=SETTLE_TIMEOUT_S)
+    preferred = placed.replicas[0]
+    assert placed.leader == preferred, f"a new partition is led by its first replica: {placed}"
+    clients.wait_for_partitions(cluster.bootstrap(), topic, 1)
+    values = [b"before-%d" % i for i in range(100)]
+    acked = clients.produce_acked(clients.producer(cluster.bootstrap()), topic, [(None, v) for v in values], partition=0)
+    assert [r.value for r in acked] == values
+    victim = cluster.node(preferred)
+    other = next(n for n in cluster.nodes if n is not victim)
+
+    def partition_seen_by(node: ClusterNode) -> kafka_wire.PartitionInfo:
+        [info] = metadata(node, [topic]).topics
+        [partition] = info.partitions
+        return partition
+
+    def led_by_another() -> kafka_wire.PartitionInfo | None:
+        p = partition_seen_by(other)
+        return p if p.leader not in (-1, preferred) and preferred not in p.isr else None
+
+    victim.kill9()
+    moved = eventually(
+        f"another in-sync replica leads once node {preferred} is fenced", led_by_another, timeout_s=FENCED_WITHIN_S
+    )
+    with kafka_wire.Connection(other.host, other.port) as conn:
+        answer = kafka_wire.elect_leaders(conn, {topic: [0]})
+    assert answer == (kafka_wire.ERROR_NONE, {(topic, 0): kafka_wire.ERROR_PREFERRED_LEADER_NOT_AVAILABLE})
+
+    cluster.start()
+    eventually(
+        f"node {preferred}, restarted, is in sync again (its leader adds it once caught up)",
+        lambda: preferred in partition_seen_by(other).isr or None,
+    )
+    elected = ok_json(other, "cluster", "elect-leaders", "--topic", topic)
+    assert elected == [{"topic": topic, "partition": 0, "result": "elected", "message": None}], elected
+
+    brokers, topics = cluster.wait_same_metadata(cluster.nodes)
+    [(_, error, [(_, leader, leader_epoch, replicas, _)])] = [t for t in topics if t[0] == topic]
+    assert (error, leader, replicas) == (kafka_wire.ERROR_NONE, preferred, placed.replicas)
+    assert leader_epoch > moved.leader_epoch, "a new leader, a new epoch"
+    with kafka_wire.Connection(victim.host, victim.port) as conn:
+        again = kafka_wire.elect_leaders(conn, {topic: [0]})
+    assert again == (kafka_wire.ERROR_NONE, {(topic, 0): kafka_wire.ERROR_ELECTION_NOT_NEEDED})
+    read = clients.read_partitions(cluster.bootstrap(), topic, [0])
+    assert [(r.offset, r.value) for r in read[0]] == [(r.offset, r.value) for r in acked]
+
+
 @pytest.mark.spindle_only("spindle cluster describe is spindle's command line")
 def test_a_stopped_broker_is_shown_fenced_until_it_registers_and_catches_up_again(cluster) -> None:
     victim = cluster.node(3)

@@ -47,6 +47,7 @@ impl Handler for Connection {
             Request::DescribeQuorum(r) => api::cluster::describe_quorum(shard, r, version)
                 .await
                 .into(),
+            Request::ElectLeaders(r) => api::elect_leaders::handle(shard, r).await.into(),
             Request::DeleteRecords(r) => {
                 api::delete_records::handle(shard, r, version).await.into()
             }

@@ -51,6 +51,7 @@ impl From<model::ApplyError> for TopicError {
                 ResponseError::UnknownTopicOrPartition
             }
             E::UnknownBroker(_) | E::BadReplicas(_) => ResponseError::InvalidReplicaAssignment,
+            E::FencedBroker(_) => ResponseError::IneligibleReplica,
             E::StaleEpoch { .. } => ResponseError::FencedLeaderEpoch,
             E::ProducerIdsExhausted => ResponseError::UnknownServerError,
         };

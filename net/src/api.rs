@@ -155,4 +155,5 @@ apis! {
     OffsetDelete(kp::OffsetDeleteRequest, kp::OffsetDeleteResponse),
     DescribeCluster(kp::DescribeClusterRequest, kp::DescribeClusterResponse),
     DescribeQuorum(kp::DescribeQuorumRequest, kp::DescribeQuorumResponse),
+    ElectLeaders(kp::ElectLeadersRequest, kp::ElectLeadersResponse),
 }

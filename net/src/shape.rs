@@ -401,6 +401,15 @@ const DESCRIBE_QUORUM: Layout = Layout {
     ]))],
 };
 
+const ELECT_LEADERS: Layout = Layout {
+    flexible_min: 2,
+    fields: &[
+        from(1, I8),                                // election type
+        all(Kind::Structs(&[all(STR), all(I32S)])), // topic partitions (null: all)
+        all(I32),                                   // timeout ms
+    ],
+};
+
 /// The layout of a request we decode with `kafka-protocol` (all but Produce, which has its own
 /// bounded decoder).
 pub(crate) fn layout(api_key: ApiKey) -> Option<Layout> {
@@ -433,6 +442,7 @@ pub(crate) fn layout(api_key: ApiKey) -> Option<Layout> {
         ApiKey::InitProducerId => INIT_PRODUCER_ID,
         ApiKey::OffsetDelete => OFFSET_DELETE,
         ApiKey::DescribeQuorum => DESCRIBE_QUORUM,
+        ApiKey::ElectLeaders => ELECT_LEADERS,
         _ => return None,
     })
 }

@@ -76,6 +76,7 @@ pub const SUPPORTED_APIS: &[ApiSupport] = &[
     ApiSupport::new(ApiKey::AlterConfigs, 0, 2),
     ApiSupport::new(ApiKey::CreatePartitions, 0, 3),
     ApiSupport::new(ApiKey::DeleteGroups, 0, 2),
+    ApiSupport::new(ApiKey::ElectLeaders, 0, 2),
     ApiSupport::new(ApiKey::IncrementalAlterConfigs, 0, 1),
     ApiSupport::new(ApiKey::OffsetDelete, 0, 0),
     ApiSupport::new(ApiKey::DescribeQuorum, 0, 2),

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use model::{ClusterMetadata, Command, LeaderEpoch, NodeId, PartitionEpoch, PartitionState};
+use model::{ClusterMetadata, Command, NodeId};
+
+use crate::leadership;
 
 /// One broker's session with the active controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,125 +140,36 @@ impl Sessions {
     }
 }
 
-/// The commands that take `node` out of service, in order: every partition it leads moves to
-/// another in-sync replica that is not fenced (the earliest in the replica list: the preferred
-/// leader first), it leaves every ISR it is in, and then it is fenced. A partition with no
-/// other in-sync replica keeps `node` in its ISR with no leader, so it can come back.
+/// The commands that take `node` out of service, in order: it leaves every ISR it is in (but
+/// stays the last member of one it would empty, so the partition can come back with it), every
+/// partition it led moves to the first live in-sync replica (or has no leader), and then it is
+/// fenced ([`leadership::without`]).
 pub fn fence_commands(metadata: &ClusterMetadata, node: NodeId) -> Vec<Command> {
-    let mut commands = partition_changes(metadata, |state| {
-        if !state.isr.contains(&node) {
-            return None;
-        }
-        let mut next = state.clone();
-        let others: Vec<NodeId> = state.isr.iter().copied().filter(|&n| n != node).collect();
-        if !others.is_empty() {
-            next.isr = others;
-        }
-        if state.leader == Some(node) {
-            next.leader = state
-                .replicas
-                .iter()
-                .copied()
-                .find(|r| *r != node && next.isr.contains(r) && is_live(metadata, *r));
-        }
-        (next != *state).then_some(next)
+    let mut commands = leadership::partition_changes(metadata, |_, state| {
+        leadership::without(metadata, state, node)
     });
-    if metadata.brokers.get(&node).is_some_and(|b| !b.fenced) {
+    if leadership::is_live(metadata, node) {
         commands.push(Command::FenceBroker(node));
     }
     commands
 }
 
-/// The commands that bring a registered `node` back into partitions: until replication
-/// (issue 11) tracks what a replica holds, a live replica counts as in sync, so `node` rejoins
-/// the ISR of every partition it is a replica of, and leads those that have no leader.
+/// The commands that bring `node` back once it registered again (it is live in `metadata`): it
+/// rejoins no ISR (its leaders add it once it caught up), and leads the partitions without a
+/// leader whose ISR it is in, or whose topic allows an unclean election
+/// ([`leadership::with_returning`]).
 pub fn rejoin_commands(metadata: &ClusterMetadata, node: NodeId) -> Vec<Command> {
-    partition_changes(metadata, |state| {
-        if !state.is_replica(node) {
-            return None;
-        }
-        let mut next = state.clone();
-        if !next.isr.contains(&node) {
-            next.isr.push(node);
-        }
-        if next.leader.is_none() {
-            next.leader = Some(node);
-        }
-        (next != *state).then_some(next)
+    debug_assert!(leadership::is_live(metadata, node), "registered first");
+    leadership::partition_changes(metadata, |topic, state| {
+        leadership::with_returning(metadata, topic, state, node)
     })
-}
-
-fn is_live(metadata: &ClusterMetadata, node: NodeId) -> bool {
-    metadata.brokers.get(&node).is_some_and(|b| !b.fenced)
-}
-
-/// A `ChangePartition` for every partition `change` gives a new state, with its epochs bumped:
-/// the partition epoch always, the leader epoch when the leader changes.
-fn partition_changes(
-    metadata: &ClusterMetadata,
-    change: impl Fn(&PartitionState) -> Option<PartitionState>,
-) -> Vec<Command> {
-    let mut commands = Vec::new();
-    for topic in metadata.topics.values() {
-        for (index, state) in (0..).zip(&topic.partitions) {
-            let Some(mut next) = change(state) else {
-                continue;
-            };
-            next.partition_epoch = PartitionEpoch(state.partition_epoch.0.saturating_add(1));
-            if next.leader != state.leader {
-                next.leader_epoch = LeaderEpoch(state.leader_epoch.0.saturating_add(1));
-            }
-            commands.push(Command::ChangePartition {
-                name: topic.name.clone(),
-                id: topic.id,
-                partition: index,
-                state: next,
-            });
-        }
-    }
-    commands
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use model::{BrokerRegistration, Topic, TopicId};
-    use std::sync::Arc;
-
-    fn cluster(nodes: i32, replicas: &[&[i32]]) -> ClusterMetadata {
-        let mut m = ClusterMetadata::new("c".into());
-        for id in 1..=nodes {
-            let broker = BrokerRegistration {
-                id: NodeId(id),
-                host: "h".into(),
-                port: 9092,
-                cluster_listener: None,
-                shards: 1,
-                rack: None,
-                fenced: false,
-                replication_ports: Vec::new(),
-            };
-            m.brokers.insert(NodeId(id), broker);
-        }
-        let topic = Topic {
-            name: "t".into(),
-            id: TopicId(uuid::Uuid::from_u128(1)),
-            partitions: replicas
-                .iter()
-                .map(|r| PartitionState::new(r.iter().map(|&n| NodeId(n)).collect()))
-                .collect(),
-            configs: Default::default(),
-            internal: false,
-        };
-        m.topics.insert("t".into(), Arc::new(topic));
-        m
-    }
-
-    fn apply_all(m: &mut ClusterMetadata, commands: &[Command]) {
-        for c in commands {
-            model::apply(m, c).expect("the commands apply");
-        }
-    }
+    use crate::leadership::tests::{apply_all, cluster};
+    use model::{LeaderEpoch, PartitionEpoch};
 
     #[test]
     fn fencing_moves_leadership_to_a_live_in_sync_replica_then_fences() {
@@ -288,22 +201,114 @@ mod tests {
         apply_all(&mut m, &c);
         assert_eq!(m.topics["t"].partitions[0].leader, Some(NodeId(3)));
 
-        // Back again: the replicas rejoin, and lead what nobody led.
-        let mut back = m.brokers[&NodeId(1)].clone();
-        back.fenced = false;
-        apply_all(&mut m, &[Command::RegisterBroker(back)]);
+        // Back again: it rejoins no ISR, and leads only what it was the last in-sync replica of.
+        register_again(&mut m, NodeId(1));
         let c = rejoin_commands(&m, NodeId(1));
         apply_all(&mut m, &c);
         let t = &m.topics["t"];
         assert_eq!(t.partitions[2].leader, Some(NodeId(1)));
         assert_eq!(t.partitions[2].leader_epoch, LeaderEpoch(2));
-        assert!(t.partitions[0].isr.contains(&NodeId(1)));
+        assert_eq!(
+            t.partitions[0].isr,
+            vec![NodeId(3)],
+            "its leader adds it back"
+        );
         assert_eq!(
             t.partitions[0].leader,
             Some(NodeId(3)),
             "no move back by itself"
         );
         assert!(rejoin_commands(&m, NodeId(1)).is_empty());
+    }
+
+    fn register_again(m: &mut ClusterMetadata, node: NodeId) {
+        let mut back = m.brokers[&node].clone();
+        back.fenced = false;
+        apply_all(m, &[Command::RegisterBroker(back)]);
+    }
+
+    #[test]
+    fn an_isr_is_never_emptied_and_its_last_member_leads_when_back() {
+        let mut m = cluster(3, &[&[1, 2]]);
+        for node in [1, 2] {
+            let c = fence_commands(&m, NodeId(node));
+            apply_all(&mut m, &c);
+        }
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (None, vec![NodeId(2)]));
+        // Node 1 was not in sync when the partition lost its last leader: it may not lead.
+        register_again(&mut m, NodeId(1));
+        assert!(rejoin_commands(&m, NodeId(1)).is_empty());
+        register_again(&mut m, NodeId(2));
+        let c = rejoin_commands(&m, NodeId(2));
+        apply_all(&mut m, &c);
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!(
+            (p.leader, p.isr.clone()),
+            (Some(NodeId(2)), vec![NodeId(2)])
+        );
+    }
+
+    #[test]
+    fn unclean_election_follows_the_topic_then_the_broker_then_the_cluster_setting() {
+        use crate::leadership::UNCLEAN_LEADER_ELECTION;
+        use model::ConfigResource;
+        let enable = |on: &str| [(UNCLEAN_LEADER_ELECTION.to_string(), on.to_string())].into();
+        let leaderless = || {
+            let mut m = cluster(3, &[&[1, 2]]);
+            for node in [1, 2] {
+                let c = fence_commands(&m, NodeId(node));
+                apply_all(&mut m, &c);
+            }
+            register_again(&mut m, NodeId(1));
+            m
+        };
+        let elects_1 = |m: &ClusterMetadata| {
+            let mut m = m.clone();
+            let c = rejoin_commands(&m, NodeId(1));
+            apply_all(&mut m, &c);
+            let p = m.topics["t"].partitions[0].clone();
+            (p.leader == Some(NodeId(1))).then_some(p)
+        };
+        let set = |m: &mut ClusterMetadata, resource: &str, on: &str| {
+            apply_all(
+                m,
+                &[Command::SetResourceConfigs {
+                    resource: ConfigResource::Broker(resource.into()),
+                    configs: enable(on),
+                }],
+            );
+        };
+        let m = leaderless();
+        assert!(elects_1(&m).is_none(), "Kafka's default: false");
+
+        let mut cluster_wide = leaderless();
+        set(&mut cluster_wide, "", "true");
+        let p = elects_1(&cluster_wide).expect("the cluster-wide default allows it");
+        assert_eq!(p.isr, vec![NodeId(1)], "the new leader is the whole ISR");
+        assert_eq!(p.leader_epoch, LeaderEpoch(3));
+
+        let mut broker_says_no = cluster_wide.clone();
+        set(&mut broker_says_no, "1", "false");
+        assert!(
+            elects_1(&broker_says_no).is_none(),
+            "its own broker setting wins"
+        );
+
+        let mut topic_says_yes = broker_says_no.clone();
+        let topic = &m.topics["t"];
+        apply_all(
+            &mut topic_says_yes,
+            &[Command::SetTopicConfigs {
+                name: "t".into(),
+                id: topic.id,
+                configs: enable("true"),
+            }],
+        );
+        assert!(
+            elects_1(&topic_says_yes).is_some(),
+            "the topic's own setting wins"
+        );
     }
 
     #[test]

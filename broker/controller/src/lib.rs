@@ -58,6 +58,8 @@
 //! # Modules
 //! - [`brokers`]: the active controller's broker sessions, and the commands that fence a
 //!   broker (moving its leaderships first) or bring it back.
+//! - [`leadership`]: who leads a partition and who is in its ISR: elections (after a fence, at
+//!   a return, asked by ElectLeaders) and the ISR changes leaders propose.
 //! - [`quorum`]: `Quorum`, its config, events and actions.
 //! - [`wire`]: the Raft frames between voters (FlatBuffers, `schema/fbs/controller.fbs`).
 //! - [`envelope`]: every frame on the cluster listener (`schema/fbs/cluster.fbs`), Raft's inside.
@@ -70,6 +72,7 @@
 pub mod brokers;
 pub mod envelope;
 pub mod error;
+pub mod leadership;
 mod log_store;
 mod logger;
 pub mod quorum;

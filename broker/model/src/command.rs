@@ -73,6 +73,8 @@ pub enum ApplyError {
     UnknownPartition { topic: String, partition: i32 },
     #[error("node {0} is not a registered broker")]
     UnknownBroker(NodeId),
+    #[error("node {0} is fenced: it cannot join an ISR or lead")]
+    FencedBroker(NodeId),
     #[error("a partition of {0} has no replicas, or a replica twice")]
     BadReplicas(String),
     #[error("partition {topic}-{partition}: epochs must only grow ({reason})")]
@@ -156,6 +158,10 @@ fn change(m: &mut ClusterMetadata, command: &Command) -> Result<Applied, ApplyEr
             state,
         } => {
             check_partitions(m, name, std::slice::from_ref(state))?;
+            let fenced: Vec<NodeId> = (state.isr.iter().chain(&state.leader))
+                .filter(|n| m.brokers.get(n).is_none_or(|b| b.fenced))
+                .copied()
+                .collect();
             let topic = topic_mut(m, name, *id)?;
             let unknown = || ApplyError::UnknownPartition {
                 topic: name.clone(),
@@ -175,6 +181,16 @@ fn change(m: &mut ClusterMetadata, command: &Command) -> Result<Applied, ApplyEr
                 || (state.leader != current.leader && state.leader_epoch == current.leader_epoch)
             {
                 return Err(stale("a new leader needs a new leader epoch"));
+            }
+            // A fenced broker may stay the last member of an ISR, but nothing makes it a new
+            // member or a new leader: that it is live was checked against older metadata.
+            let joins = state.isr.iter().filter(|n| !current.isr.contains(n));
+            let new_leader = state.leader.filter(|_| state.leader != current.leader);
+            if let Some(n) = joins
+                .chain(new_leader.as_ref())
+                .find(|n| fenced.contains(n))
+            {
+                return Err(ApplyError::FencedBroker(*n));
             }
             *current = state.clone();
             Ok(Applied::Changed)
@@ -346,6 +362,30 @@ mod tests {
             Err(ApplyError::BadReplicas("orders".into()))
         );
         assert_eq!(m.topics["orders"].partitions[0].leader, Some(NodeId(2)));
+
+        // A fenced broker stays in the ISR it is in, but joins none and leads nothing new.
+        apply(&mut m, &Command::FenceBroker(NodeId(3))).unwrap();
+        let mut keeps = m.topics["orders"].partitions[0].clone();
+        keeps.partition_epoch = PartitionEpoch(2);
+        assert_eq!(apply(&mut m, &change(&keeps)), Ok(Applied::Changed));
+        let mut leads = keeps.clone();
+        leads.partition_epoch = PartitionEpoch(3);
+        leads.leader = Some(NodeId(3));
+        leads.leader_epoch = LeaderEpoch(2);
+        assert_eq!(
+            apply(&mut m, &change(&leads)),
+            Err(ApplyError::FencedBroker(NodeId(3)))
+        );
+        let mut joins = keeps.clone();
+        joins.partition_epoch = PartitionEpoch(3);
+        joins.isr = vec![NodeId(2)];
+        apply(&mut m, &change(&joins)).unwrap();
+        joins.partition_epoch = PartitionEpoch(4);
+        joins.isr = vec![NodeId(2), NodeId(3)];
+        assert_eq!(
+            apply(&mut m, &change(&joins)),
+            Err(ApplyError::FencedBroker(NodeId(3)))
+        );
     }
 
     #[test]

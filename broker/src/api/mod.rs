@@ -6,6 +6,7 @@ pub mod acls;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;

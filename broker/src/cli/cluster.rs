@@ -1,6 +1,9 @@
 //! `spindle cluster describe`: the cluster's id, its brokers (id, address, rack, alive or fenced)
 //! and which one is the active controller, as DescribeCluster reports them, and each voter's Raft
 //! state as the active controller reports it (DescribeQuorum).
+//!
+//! `spindle cluster elect-leaders`: a preferred leader election (ElectLeaders), which moves each
+//! partition's leadership back to its first replica where that one is live and in sync.
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -8,6 +11,8 @@ use serde::Serialize;
 use super::connect::ConnectArgs;
 use super::error::CliError;
 use super::output::{Table, summary};
+use net::client::{Client, ElectionResult, PREFERRED_ELECTION};
+use net::kafka_protocol::ResponseError;
 
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
@@ -22,7 +27,30 @@ enum ClusterCommand {
     /// Shows the cluster id, every broker (alive or fenced), the active controller and the
     /// controller quorum's voters.
     Describe,
+    /// Moves leaderships back to each partition's preferred (first) replica, where it is live
+    /// and in sync: of every partition, one topic's, or one partition's.
+    ElectLeaders {
+        /// Only this topic's partitions.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only this partition of the topic.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+    },
 }
+
+#[derive(Debug, Serialize)]
+struct ElectionDescription {
+    topic: String,
+    partition: i32,
+    /// `elected`, `not needed` (it had its preferred leader), or the Kafka error
+    /// (`PreferredLeaderNotAvailable`: that replica is fenced or not in sync).
+    result: String,
+    message: Option<String>,
+}
+
+/// ElectLeaders' ELECTION_NOT_NEEDED: the partition already has the leader asked for.
+const ELECTION_NOT_NEEDED: i16 = 84;
 
 #[derive(Debug, Serialize)]
 struct ClusterDescription {
@@ -110,6 +138,73 @@ pub async fn run(args: ClusterArgs) -> Result<(), CliError> {
             };
             args.connect.output.emit(&description, describe_table)
         }
+        ClusterCommand::ElectLeaders { topic, partition } => {
+            let timeout_ms = i32::try_from(args.connect.request_timeout_ms).unwrap_or(i32::MAX);
+            let partitions = match (topic, partition) {
+                (None, _) => None,
+                (Some(topic), Some(p)) => Some(vec![(topic, vec![p])]),
+                (Some(topic), None) => Some(vec![every_partition(&mut client, topic).await?]),
+            };
+            let results = client
+                .elect_leaders(PREFERRED_ELECTION, partitions.as_deref(), timeout_ms)
+                .await?;
+            let described: Vec<ElectionDescription> =
+                results.iter().map(describe_election).collect();
+            args.connect.output.emit(&described, |d| {
+                Table::of(&["TOPIC", "PARTITION", "RESULT", "MESSAGE"], d, |e| {
+                    vec![
+                        e.topic.clone(),
+                        e.partition.to_string(),
+                        e.result.clone(),
+                        e.message.clone().unwrap_or_default(),
+                    ]
+                })
+            })?;
+            let failed = results
+                .iter()
+                .filter(|r| r.error_code != 0 && r.error_code != ELECTION_NOT_NEEDED)
+                .count();
+            match failed {
+                0 => Ok(()),
+                n => Err(CliError::Incomplete(format!(
+                    "the election failed for {n} of {} partitions",
+                    results.len()
+                ))),
+            }
+        }
+    }
+}
+
+/// `topic` with the ids of all its partitions, from the cluster's metadata.
+async fn every_partition(
+    client: &mut Client,
+    topic: String,
+) -> Result<(String, Vec<i32>), CliError> {
+    let metadata = client.metadata(Some(&[topic.as_str()])).await?;
+    match metadata.topics.iter().find(|t| t.name == topic) {
+        Some(t) if t.error_code == 0 => {
+            let ids = t.partitions.iter().map(|p| p.index).collect();
+            Ok((topic, ids))
+        }
+        _ => Err(CliError::TopicNotFound(topic)),
+    }
+}
+
+fn describe_election(r: &ElectionResult) -> ElectionDescription {
+    let result = match r.error_code {
+        0 => "elected".to_owned(),
+        ELECTION_NOT_NEEDED => "not needed".to_owned(),
+        code => ResponseError::try_from_code(code)
+            .map_or_else(|| format!("error {code}"), |e| format!("{e:?}")),
+    };
+    ElectionDescription {
+        topic: r.topic.clone(),
+        partition: r.partition,
+        result,
+        message: r
+            .error_message
+            .clone()
+            .filter(|_| r.error_code != ELECTION_NOT_NEEDED),
     }
 }
 

@@ -41,7 +41,7 @@ pub enum Command {
     Consume(consume::ConsumeArgs),
     /// Lists, describes, resets and deletes consumer groups.
     Group(group::GroupArgs),
-    /// Describes the cluster: its brokers and the active controller.
+    /// Describes the cluster (its brokers and the active controller), or elects preferred leaders.
     Cluster(cluster::ClusterArgs),
 }
 
@@ -132,6 +132,12 @@ mod tests {
         assert!(parse("group reset-offsets g --topic t --to-earliest --to-latest").is_err());
         assert!(parse("group reset-offsets g --topic t --to-offset 5 --dry-run").is_ok());
         assert!(parse("cluster describe --output json").is_ok());
+        assert!(parse("cluster elect-leaders").is_ok());
+        assert!(parse("cluster elect-leaders --topic t --partition 2").is_ok());
+        assert!(
+            parse("cluster elect-leaders --partition 2").is_err(),
+            "a partition of which topic?"
+        );
         // Connection options go anywhere after the command.
         let cli = parse("topic list --output json -b 10.0.0.1:9092").unwrap();
         let Command::Topic(args) = cli.command else {

@@ -11,6 +11,7 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -26,7 +27,7 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
     DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeQuorumRequest, FetchRequest, FindCoordinatorRequest, GroupId,
+    DescribeQuorumRequest, ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, GroupId,
     IncrementalAlterConfigsRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
     OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
@@ -72,6 +73,20 @@ pub struct DescribedQuorum {
     /// Each voter and its log end offset (-1: not known to the broker that answered).
     pub voters: Vec<(i32, i64)>,
     pub observers: Vec<i32>,
+}
+
+/// ElectLeaders' election types (KIP-460).
+pub const PREFERRED_ELECTION: i8 = 0;
+pub const UNCLEAN_ELECTION: i8 = 1;
+
+/// One partition's outcome of an ElectLeaders: error code 0 (elected), 84 (ELECTION_NOT_NEEDED:
+/// it had that leader already) or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionResult {
+    pub topic: String,
+    pub partition: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
 }
 
 impl BrokerInfo {
@@ -331,6 +346,49 @@ impl Client {
                 .collect(),
             observers: partition.observers.iter().map(|o| o.replica_id.0).collect(),
         })
+    }
+
+    /// Asks the controller to elect leaders of `partitions` (topic, partition ids), or of every
+    /// partition for `None` (the answer then leaves out those that already had the leader);
+    /// each partition's outcome.
+    pub async fn elect_leaders(
+        &mut self,
+        election_type: i8,
+        partitions: Option<&[(String, Vec<i32>)]>,
+        timeout_ms: i32,
+    ) -> Result<Vec<ElectionResult>, ClientError> {
+        let topics = partitions.map(|p| {
+            p.iter()
+                .map(|(topic, ids)| {
+                    TopicPartitions::default()
+                        .with_topic(topic_name(topic))
+                        .with_partitions(ids.clone())
+                })
+                .collect()
+        });
+        let request = ElectLeadersRequest::default()
+            .with_election_type(election_type)
+            .with_topic_partitions(topics)
+            .with_timeout_ms(timeout_ms);
+        let response = self.controller().await?.send(&request).await?;
+        check(
+            ApiKey::ElectLeaders,
+            || "the election".to_string(),
+            response.error_code,
+            None,
+        )?;
+        Ok(response
+            .replica_election_results
+            .iter()
+            .flat_map(|t| {
+                t.partition_result.iter().map(|p| ElectionResult {
+                    topic: t.topic.0.to_string(),
+                    partition: p.partition_id,
+                    error_code: p.error_code,
+                    error_message: p.error_message.as_ref().map(|m| m.to_string()),
+                })
+            })
+            .collect())
     }
 
     pub async fn create_topics(

@@ -31,8 +31,9 @@ mod record_walk;
 
 pub use cluster::{
     BrokerInfo, Client, ClusterMetadata, CommittedOffset, ConfigChange, ConfigEntry,
-    ConfigResource, DescribedCluster, DescribedQuorum, EARLIEST_TIMESTAMP, FetchedPartition,
-    GroupListing, LATEST_TIMESTAMP, NewTopic, PartitionInfo, ProduceAck, TopicInfo, produce_ack,
+    ConfigResource, DescribedCluster, DescribedQuorum, EARLIEST_TIMESTAMP, ElectionResult,
+    FetchedPartition, GroupListing, LATEST_TIMESTAMP, NewTopic, PREFERRED_ELECTION, PartitionInfo,
+    ProduceAck, TopicInfo, UNCLEAN_ELECTION, produce_ack,
 };
 pub use connection::{ConnectOptions, Connection, Ticket};
 pub use error::{ClientError, error_name};
