@@ -237,7 +237,11 @@ impl LeaderEpochs {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(IoFailure::new("reading", &path, &e)),
             Ok(meta) if meta.len() > CHECKPOINT_BYTES_MAX => {
-                tracing::warn!(file = %path.display(), bytes = meta.len(), "leader epoch checkpoint too large; rebuilding it");
+                tracing::warn!(
+                    file = %path.display(),
+                    bytes = meta.len(),
+                    "leader epoch checkpoint too large; rebuilding it"
+                );
                 None
             }
             Ok(_) => match file::read_file(&path, mode)
@@ -246,7 +250,11 @@ impl LeaderEpochs {
             {
                 Some(Ok(epochs)) => Some(epochs),
                 Some(Err(e)) => {
-                    tracing::warn!(file = %path.display(), error = %e, "leader epoch checkpoint does not hold together; rebuilding it");
+                    tracing::warn!(
+                        file = %path.display(),
+                        error = %e,
+                        "leader epoch checkpoint does not hold together; rebuilding it"
+                    );
                     None
                 }
                 None => None,

@@ -389,17 +389,10 @@ fn run_until_crash(
     *result.lock().unwrap()
 }
 
-/// 24 cases keep `scripts/test` quick (about 10 s: the test waits on many fsyncs);
-/// `PROPTEST_CASES=1000` hunts longer.
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    // 16 cases keep `scripts/test` quick (a few seconds: the test waits on many fsyncs);
+    // `PROPTEST_CASES=1000` hunts longer.
+    #![proptest_config(ProptestConfig { cases: proptest_cases(16), ..ProptestConfig::default() })]
 
     #[test]
     fn leader_epochs_agree_with_the_batches(ops in proptest::collection::vec(op(), 1..50)) {

@@ -278,19 +278,9 @@ fn run_until_crash(
     *result.lock().unwrap()
 }
 
-/// 64 cases keep `scripts/test` quick; `PROPTEST_CASES=1000` hunts longer (50 s in release).
-/// Beyond a couple of thousand cases the process runs out of file descriptors: a simulated crash
-/// drops an executor with its files open, and glommio closes a dropped file on its executor's
-/// next IO cycle, which never comes. (A real crash's files are closed by the kernel.)
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    // 64 cases keep `scripts/test` quick; `PROPTEST_CASES=1000` hunts longer (50 s in release).
+    #![proptest_config(ProptestConfig { cases: proptest_cases(64), ..ProptestConfig::default() })]
 
     #[test]
     fn log_agrees_with_a_model(

@@ -96,3 +96,15 @@ pub async fn read_all(log: &Log, from: i64) -> Vec<bytes::Bytes> {
     }
     out
 }
+
+/// How many cases a property test runs: `default` (what keeps `scripts/test` quick), or
+/// `PROPTEST_CASES` to hunt longer. Beyond a couple of thousand cases of a test that simulates
+/// crashes the process runs out of file descriptors: a simulated crash drops an executor with
+/// its files open, and glommio closes a dropped file on its executor's next IO cycle, which
+/// never comes. (A real crash's files are closed by the kernel.)
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
