@@ -133,6 +133,10 @@ pub struct Settings {
     /// --cluster-listen [default: a port the OS picks, registered with the controller].
     #[arg(long)]
     pub replication_listen_base_port: Option<u16>,
+    /// A follower that has not caught up with its leader's end for this long leaves the ISR
+    /// (Kafka's replica.lag.time.max.ms) [default: 30000].
+    #[arg(long)]
+    pub replica_lag_time_max_ms: Option<u64>,
     /// Memory for each shard's write buffers, shared by its partitions as they write
     /// [default: 67108864].
     #[arg(long)]
@@ -224,6 +228,7 @@ pub struct ClusterConfig {
     pub heartbeat_interval_ms: u64,
     /// Shard k's replication listener port is this + k; `None`: each picks one (port 0).
     pub replication_base_port: Option<u16>,
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl ClusterConfig {
@@ -320,7 +325,7 @@ impl Settings {
             default_replication_factor, rack,
             request_memory_bytes, fetch_memory_bytes, request_read_timeout_ms,
             connections_max_idle_ms, cluster_listen, controller_voters,
-            broker_session_timeout_ms, broker_heartbeat_interval_ms,
+            broker_session_timeout_ms, broker_heartbeat_interval_ms, replica_lag_time_max_ms,
             replication_listen_base_port,
             write_buffer_bytes, preallocate_bytes, min_free_bytes, index_bytes,
         )
@@ -500,12 +505,17 @@ impl Settings {
                  --broker-session-timeout-ms {session_timeout_ms}"
             )));
         }
+        let replica_lag_time_max_ms = self.replica_lag_time_max_ms.unwrap_or(30_000);
+        if replica_lag_time_max_ms == 0 {
+            return Err(invalid("--replica-lag-time-max-ms must be above 0".into()));
+        }
         Ok(Some(ClusterConfig {
             listen,
             voters,
             session_timeout_ms,
             heartbeat_interval_ms,
             replication_base_port: self.replication_listen_base_port,
+            replica_lag_time_max_ms,
         }))
     }
 

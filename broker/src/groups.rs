@@ -27,11 +27,20 @@ pub async fn open_coordinators(shard: &Rc<Shard>) -> Result<(), GroupError> {
     }
     let config = shard.group_config.clone();
     for partition in 0..topic.partition_count() {
-        if shard.coordinators.borrow().contains_key(&partition) {
-            continue;
+        let p = shard.partition(OFFSETS_TOPIC, partition);
+        // A group's coordinator is its offsets partition's leader, for one leader epoch: a
+        // replica that stopped leading, or leads again after others did, reloads the log.
+        let leads = p.as_ref().and_then(|p| p.leads());
+        let current = shard.coordinators.borrow().get(&partition).cloned();
+        if let Some(c) = current {
+            if leads.is_some() && c.leader_epoch() == leads {
+                continue;
+            }
+            shard.coordinators.borrow_mut().remove(&partition);
+            c.close().await;
         }
-        if let Some(p) = shard.partition(OFFSETS_TOPIC, partition) {
-            let coordinator = Coordinator::open(p.log.clone(), config.clone()).await?;
+        if let (Some(p), Some(_)) = (p, leads) {
+            let coordinator = Coordinator::open(p, config.clone()).await?;
             shard
                 .coordinators
                 .borrow_mut()

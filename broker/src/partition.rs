@@ -13,9 +13,12 @@ use storage::{AppendError, BatchError, BatchHeader, Log, ReadError, SyncError};
 
 use model::LeaderEpoch;
 
+use quorum::replica::{Refusal, Verdict as Commit};
+
 use crate::config::Durability;
 use crate::producer::{Producers, Verdict};
 use crate::recompress::{self, TopicCompression};
+use crate::replication::replicated::Replicated;
 
 /// How much of the end of a log is read to rebuild idempotent producers' state.
 const PRODUCER_STATE_SCAN_BYTES: usize = 8 << 20;
@@ -35,6 +38,13 @@ pub struct Partition {
     idempotent_lock: FifoLock,
     /// The topic's `compression.type`, set with its other settings.
     compression: Cell<TopicCompression>,
+    /// A cluster node's replication of this partition (none on a node of its own, where the
+    /// log alone decides what is visible and acknowledged).
+    pub replicated: Option<Replicated>,
+    /// Held by every append to the log, the leader's (a produce) and the follower's (a
+    /// replicated append or truncation), so that one never lands in the middle of the other
+    /// across a change of leader.
+    pub gate: FifoLock,
 }
 
 /// The answer for one partition of a produce.
@@ -113,7 +123,13 @@ impl Fetched {
 }
 
 impl Partition {
-    pub fn new(topic: String, index: i32, log: Rc<Log>, leader_epoch: LeaderEpoch) -> Partition {
+    pub fn new(
+        topic: String,
+        index: i32,
+        log: Rc<Log>,
+        leader_epoch: LeaderEpoch,
+        replicated: Option<Replicated>,
+    ) -> Partition {
         Partition {
             topic,
             index,
@@ -122,6 +138,39 @@ impl Partition {
             producers: RefCell::new(None),
             idempotent_lock: FifoLock::new(),
             compression: Cell::new(TopicCompression::Producer),
+            replicated,
+            gate: FifoLock::new(),
+        }
+    }
+
+    /// This replica became the partition's leader: its producers' state is rebuilt from its
+    /// log on the next idempotent produce (a follower's appends did not keep it).
+    pub fn forget_producers(&self) {
+        *self.producers.borrow_mut() = None;
+    }
+
+    /// The leader epoch this replica leads the partition in, if it does (a partition of a
+    /// node of its own always leads, in its metadata's epoch).
+    pub fn leads(&self) -> Option<LeaderEpoch> {
+        match &self.replicated {
+            Some(r) => r.with(|sm| sm.leads()),
+            None => Some(self.leader_epoch.get()),
+        }
+    }
+
+    /// Consumers read below it.
+    pub fn high_watermark(&self) -> i64 {
+        match &self.replicated {
+            Some(r) => r.high_watermark(),
+            None => self.log.high_watermark(),
+        }
+    }
+
+    /// The high watermark as a watermark, to wait for new visible records.
+    pub fn high_watermark_mark(&self) -> &storage::Watermark {
+        match &self.replicated {
+            Some(r) => r.high_watermark_mark(),
+            None => self.log.high_watermark_mark(),
         }
     }
 
@@ -172,30 +221,18 @@ impl Partition {
                 });
             }
         };
-        let appended = if first.has_producer_id() {
-            self.append_idempotent(records, &first).await
-        } else {
-            self.log
-                .append(records, self.leader_epoch.get().0)
-                .await
-                .map(|i| Appended::from_log(&i))
-                .map_err(append_failed)
-        };
-        let Appended {
-            base_offset,
-            next_offset,
-            log_append_time_ms,
-        } = match appended {
+        let (
+            Appended {
+                base_offset,
+                next_offset,
+                log_append_time_ms,
+            },
+            epoch,
+        ) = match self.append_as_leader(records, acks, &first).await {
             Ok(appended) => appended,
             Err(produced) => return produced,
         };
-        let wait = async {
-            match (acks, durability) {
-                (Acks::None, _) => Ok(()),
-                (Acks::All, Durability::Fsync) => self.log.wait_durable(next_offset).await,
-                _ => self.log.wait_written(next_offset).await,
-            }
-        };
+        let wait = self.wait_acks(acks, durability, epoch, next_offset);
         let waited = glommio::timer::timeout(timeout, async { Ok(wait.await) }).await;
         match waited {
             Ok(Ok(())) => Produced {
@@ -205,7 +242,7 @@ impl Partition {
                 log_start_offset: self.log.log_start_offset(),
                 log_append_time_ms: log_append_time_ms.unwrap_or(-1),
             },
-            Ok(Err(e)) => sync_failed(e),
+            Ok(Err(failed)) => failed,
             Err(_) => Produced::failed(
                 ResponseError::RequestTimedOut,
                 format!("records at {base_offset} not acknowledged within {timeout:?}"),
@@ -213,10 +250,107 @@ impl Partition {
         }
     }
 
+    /// Appends a record set as the partition's leader (on a node of its own: as its only
+    /// replica), once admitted, and returns where it went and the leader epoch it carries.
+    async fn append_as_leader(
+        &self,
+        records: BytesMut,
+        acks: Acks,
+        first: &BatchHeader,
+    ) -> Result<(Appended, LeaderEpoch), Produced> {
+        let Ok(_gate) = self.gate.acquire().await else {
+            return Err(Produced::failed(ResponseError::NotLeaderOrFollower, None));
+        };
+        // Admitted under the gate: a follower's append cannot come between.
+        let epoch = self.admit(acks)?;
+        let appended = if first.has_producer_id() {
+            self.append_idempotent(records, first, epoch).await?
+        } else {
+            let info = self
+                .log
+                .append(records, epoch.0)
+                .await
+                .map_err(append_failed)?;
+            Appended::from_log(&info)
+        };
+        if let Some(r) = &self.replicated {
+            r.on_local_log(&self.log, now_ms());
+        }
+        Ok((appended, epoch))
+    }
+
+    /// Waits until records appended in `epoch` before `next_offset` are acknowledged as `acks`
+    /// and `durability` say: acks=all on a replicated partition once they are committed.
+    async fn wait_acks(
+        &self,
+        acks: Acks,
+        durability: Durability,
+        epoch: LeaderEpoch,
+        next_offset: i64,
+    ) -> Result<(), Produced> {
+        match (acks, durability, &self.replicated) {
+            (Acks::None, _, _) => Ok(()),
+            (Acks::All, _, Some(r)) => committed(r, epoch, next_offset).await,
+            (Acks::All, Durability::Fsync, None) => self
+                .log
+                .wait_durable(next_offset)
+                .await
+                .map_err(sync_failed),
+            _ => self
+                .log
+                .wait_written(next_offset)
+                .await
+                .map_err(sync_failed),
+        }
+    }
+
+    /// Appends the broker's own records (the group coordinator's) as an acks=all produce
+    /// would be; the next offset and the epoch, for [`Partition::wait_committed`].
+    pub async fn append_own(&self, records: BytesMut) -> Result<(i64, LeaderEpoch), Produced> {
+        let first = BatchHeader::parse(&records).map_err(|e| {
+            append_failed(AppendError::InvalidBatch {
+                position: 0,
+                source: e,
+            })
+        })?;
+        let (appended, epoch) = self.append_as_leader(records, Acks::All, &first).await?;
+        Ok((appended.next_offset, epoch))
+    }
+
+    /// Waits until the broker's own records before `next_offset` are committed (durable here,
+    /// and on every in-sync replica of a replicated partition).
+    pub async fn wait_committed(
+        &self,
+        next_offset: i64,
+        epoch: LeaderEpoch,
+    ) -> Result<(), Produced> {
+        self.wait_acks(Acks::All, Durability::Fsync, epoch, next_offset)
+            .await
+    }
+
+    /// Whether this replica takes a produce with these acks, and the leader epoch to stamp.
+    fn admit(&self, acks: Acks) -> Result<LeaderEpoch, Produced> {
+        let Some(r) = &self.replicated else {
+            return Ok(self.leader_epoch.get());
+        };
+        r.with(|sm| sm.admit(acks == Acks::All))
+            .map_err(|refusal| match refusal {
+                Refusal::NotLeader => Produced::failed(
+                    ResponseError::NotLeaderOrFollower,
+                    "this broker does not lead the partition".to_string(),
+                ),
+                Refusal::NotEnoughReplicas { isr, min } => Produced::failed(
+                    ResponseError::NotEnoughReplicas,
+                    format!("{isr} in-sync replicas, min.insync.replicas is {min}"),
+                ),
+            })
+    }
+
     async fn append_idempotent(
         &self,
         records: BytesMut,
         first: &BatchHeader,
+        epoch: LeaderEpoch,
     ) -> Result<Appended, Produced> {
         let _turn = self
             .idempotent_lock
@@ -243,7 +377,7 @@ impl Partition {
             Verdict::Append => {
                 let info = self
                     .log
-                    .append(records, self.leader_epoch.get().0)
+                    .append(records, epoch.0)
                     .await
                     .map_err(append_failed)?;
                 if let Some(p) = self.producers.borrow_mut().as_mut() {
@@ -283,7 +417,7 @@ impl Partition {
     /// then more while they fit in `max_bytes`. With [`DiskReads::Deferred`], a read that would
     /// go to disk is not made.
     pub async fn fetch(&self, offset: i64, max_bytes: usize, disk: DiskReads) -> Fetched {
-        let high_watermark = self.log.high_watermark();
+        let high_watermark = self.high_watermark();
         if disk == DiskReads::Deferred && !self.log.read_is_from_memory(offset, high_watermark) {
             return Fetched {
                 error: None,
@@ -316,8 +450,46 @@ impl Partition {
     /// Whether records past `offset` are visible (or `offset` fell off the log's start: a fetch
     /// has something to report either way).
     pub fn has_records_after(&self, offset: i64) -> bool {
-        self.log.high_watermark() > offset || offset < self.log.log_start_offset()
+        self.high_watermark() > offset || offset < self.log.log_start_offset()
     }
+}
+
+/// Waits until the records of an acks=all produce appended in `epoch` before `next_offset` are
+/// committed (the high watermark passed them), or the replica says they never will be here.
+async fn committed(r: &Replicated, epoch: LeaderEpoch, next_offset: i64) -> Result<(), Produced> {
+    loop {
+        match r.with(|sm| sm.verdict(epoch, next_offset)) {
+            Commit::Done => return Ok(()),
+            Commit::NotLeader => {
+                return Err(Produced::failed(
+                    ResponseError::NotLeaderOrFollower,
+                    "leadership moved before the records were committed".to_string(),
+                ));
+            }
+            Commit::NotEnoughReplicasAfterAppend => {
+                return Err(Produced::failed(
+                    ResponseError::NotEnoughReplicasAfterAppend,
+                    "the ISR shrank below min.insync.replicas after the append".to_string(),
+                ));
+            }
+            Commit::Wait => {
+                let changes = r.changes().get();
+                futures_lite::future::or(
+                    async {
+                        let _ = r.high_watermark_mark().wait_for(next_offset).await;
+                    },
+                    async {
+                        let _ = r.changes().wait_for(changes + 1).await;
+                    },
+                )
+                .await;
+            }
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    crate::replication::now_ms()
 }
 
 fn append_failed(e: AppendError) -> Produced {
@@ -331,7 +503,15 @@ fn append_failed(e: AppendError) -> Produced {
         AppendError::Storage(_) | AppendError::LowOnSpace { .. } => {
             ResponseError::KafkaStorageError
         }
-        AppendError::Closed => ResponseError::NotLeaderOrFollower,
+        // A leader's append in an epoch older than its log's latest: another replica led
+        // since, and this one does not know it yet.
+        AppendError::Closed | AppendError::EpochWentBack { .. } => {
+            ResponseError::NotLeaderOrFollower
+        }
+        // A follower's refusals: a leader's own append never starts anywhere but at its end.
+        AppendError::NotAtEnd { .. } | AppendError::NoLeaderEpoch { .. } => {
+            ResponseError::UnknownServerError
+        }
     };
     Produced::failed(error, e.to_string())
 }
@@ -392,7 +572,7 @@ mod tests {
                         .open_log(dir.path(), LogConfig::default())
                         .await
                         .unwrap();
-                    Partition::new("t".into(), 0, log, LeaderEpoch::default())
+                    Partition::new("t".into(), 0, log, LeaderEpoch::default(), None)
                 };
                 async fn produce(p: &Partition, sequence: i32) -> Produced {
                     p.produce(

@@ -10,7 +10,7 @@ use std::cell::{Cell, OnceCell};
 use std::net::SocketAddr;
 use std::os::fd::IntoRawFd;
 use std::path::Path;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -22,15 +22,14 @@ use net::ConnectionConfig;
 use net::frame::ReadTimeouts;
 use storage::{IoMode, ResolvedIoMode, ShardStorage};
 
-use model::{BrokerRegistration, ClusterMetadata, Command, NodeId, ShardId};
-use quorum::replica_wire::ReplicaMessage;
+use model::{BrokerRegistration, ClusterMetadata, Command, ShardId};
 
 use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::handler::Connection;
 use crate::mesh::{self, Mesh};
 use crate::metadata;
-use crate::replication::link::{ReplicaHandler, ReplicaLinks};
+use crate::replication::Replication;
 use crate::shard::Shard;
 
 /// How long a stopping shard lets its connections finish their requests.
@@ -399,12 +398,20 @@ async fn run_shard(
     let shard = Rc::new(Shard::new(id, config.clone(), storage, metadata.clone()));
     shard.set_mesh(mesh);
     let _ = context.set(Rc::downgrade(&shard));
+    if config.cluster.is_some() {
+        // Before the first metadata: every partition the shard opens is replicated.
+        let shard_id = ShardId(u16::try_from(id).map_err(|e| e.to_string())?);
+        shard.set_replication(Replication::new(
+            Rc::downgrade(&shard),
+            config.node_id,
+            shard_id,
+        ));
+    }
     shard
         .apply_metadata(metadata)
         .await
         .map_err(|e| e.to_string())?;
-    // Kept open until the shard stops.
-    let _replication = listen_for_replication(&config, id, &rendezvous).await?;
+    listen_for_replication(&config, id, shard.replication(), &rendezvous).await?;
     rendezvous.meet(1).await?;
     let mut stop = stop;
     let mut cluster = None;
@@ -515,42 +522,28 @@ async fn run_shard(
 }
 
 /// A cluster node's shard listens for its peer shards' replication (on the host of
-/// `--cluster-listen`, port base + shard or one the OS picks) and records its port for the
-/// node's registration.
+/// `--cluster-listen`, port base + shard or one the OS picks), records its port for the node's
+/// registration, and starts replicating.
 async fn listen_for_replication(
     config: &BrokerConfig,
     id: usize,
+    replication: Option<&Rc<Replication>>,
     rendezvous: &Rendezvous,
-) -> Result<Option<Rc<ReplicaLinks>>, String> {
-    let Some(cluster) = &config.cluster else {
-        return Ok(None);
+) -> Result<(), String> {
+    let (Some(cluster), Some(replication)) = (&config.cluster, replication) else {
+        return Ok(());
     };
     let shard = u16::try_from(id).map_err(|e| e.to_string())?;
     let port = cluster
         .replication_base_port
         .map_or(0, |base| base.saturating_add(shard));
     let host = cluster.listen.ip().to_string();
-    let links = ReplicaLinks::listen(
-        config.node_id,
-        ShardId(shard),
-        &crate::cluster::cluster_id(cluster),
-        &host,
-        port,
-        Weak::<Unwired>::new(),
-    )
-    .await
-    .map_err(|e| format!("shard {id}: listening for replication on {host}:{port}: {e}"))?;
-    rendezvous.set_replication_port(id, links.port());
-    Ok(Some(links))
-}
-
-/// Stands in for the shard's replicas until they take the links' messages (issue 11): it is
-/// never upgraded, so what arrives is dropped.
-struct Unwired;
-
-impl ReplicaHandler for Unwired {
-    fn message(&self, _: NodeId, _: ReplicaMessage) {}
-    fn disconnected(&self, _: NodeId) {}
+    let port = replication
+        .start(&crate::cluster::cluster_id(cluster), &host, port)
+        .await
+        .map_err(|e| format!("shard {id}: listening for replication on {host}:{port}: {e}"))?;
+    rendezvous.set_replication_port(id, port);
+    Ok(())
 }
 
 async fn accept_loop(

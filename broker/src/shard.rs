@@ -22,8 +22,12 @@ use crate::group::GroupConfig;
 use crate::mesh::Mesh;
 use crate::metadata::{Topic, TopicError};
 use crate::partition::Partition;
+use crate::replication::Replication;
+use crate::replication::replicated::Replicated;
 use crate::routing::{self, Route};
 use crate::{proposals, topic_config};
+use quorum::replica::{AckLevel, Flaw, ReplicaConfig};
+use quorum::replica_wire::PartitionKey;
 
 #[derive(Debug)]
 pub struct Shard {
@@ -53,6 +57,8 @@ pub struct Shard {
     pub request_memory: Rc<MemoryBudget>,
     /// This shard's share of the memory for fetch responses read from disk and not yet sent.
     pub fetch_memory: Rc<MemoryBudget>,
+    /// A cluster node's replication of this shard's partitions with their other replicas.
+    replication: OnceCell<Rc<Replication>>,
 }
 
 /// Why a shard could not start or apply new metadata.
@@ -96,7 +102,19 @@ impl Shard {
             shutdown: ShutdownSignal::new(),
             request_memory,
             fetch_memory,
+            replication: OnceCell::new(),
         }
+    }
+
+    /// A cluster node's shard replicates: from now on every partition it opens is replicated.
+    pub fn set_replication(&self, replication: Rc<Replication>) {
+        if self.replication.set(replication).is_err() {
+            tracing::error!(shard = self.id, "replication started twice");
+        }
+    }
+
+    pub fn replication(&self) -> Option<&Rc<Replication>> {
+        self.replication.get()
     }
 
     pub fn set_mesh(&self, mesh: Mesh<Shard>) {
@@ -215,6 +233,9 @@ impl Shard {
         for name in gone {
             let removed = self.partitions.borrow_mut().remove(&name);
             for partition in removed.into_iter().flatten().flatten() {
+                if let (Some(replication), Some(r)) = (self.replication(), &partition.replicated) {
+                    replication.unregister(&r.key);
+                }
                 if let Err(e) = partition.log.delete().await {
                     tracing::error!(topic = %name, partition = partition.index, error = %e, "deleting a log");
                 }
@@ -230,11 +251,31 @@ impl Shard {
                 if routing::hosting_shard(&metadata, self.node(), topic, index) != Some(self.id) {
                     continue;
                 }
+                let min_insync = topic_config::value_of(
+                    "min.insync.replicas",
+                    &topic.configs,
+                    &inherited,
+                    &self.config.topic_defaults,
+                )
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1);
                 match self.partition(&topic.name, index) {
                     Some(p) => {
                         p.log.set_config(log_config.clone());
                         p.set_leader_epoch(state.leader_epoch);
                         p.set_compression(compression);
+                        if let Some(r) = &p.replicated {
+                            let now_ms = crate::replication::now_ms();
+                            let led = r.with(|sm| sm.leads());
+                            if r.with(|sm| sm.state() != state) {
+                                r.on_metadata(state, &p.log, now_ms);
+                            }
+                            r.step(|sm| ((), sm.set_min_insync_replicas(min_insync, now_ms)));
+                            let leads = r.with(|sm| sm.leads());
+                            if leads.is_some() && leads != led {
+                                p.forget_producers();
+                            }
+                        }
                     }
                     None => {
                         let dir = self.config.data_dir.join(format!("{}-{index}", topic.name));
@@ -247,13 +288,30 @@ impl Shard {
                                 partition: index,
                                 source,
                             })?;
+                        let replicated = self.replication().map(|replication| {
+                            Replicated::new(
+                                PartitionKey {
+                                    topic: topic.id,
+                                    partition: index,
+                                },
+                                self.replica_config(min_insync),
+                                state,
+                                &log,
+                                replication.outbox.clone(),
+                                crate::replication::now_ms(),
+                            )
+                        });
                         let partition = Rc::new(Partition::new(
                             topic.name.clone(),
                             index,
                             log,
                             state.leader_epoch,
+                            replicated,
                         ));
                         partition.set_compression(compression);
+                        if let Some(replication) = self.replication() {
+                            replication.register(partition.clone());
+                        }
                         let mut partitions = self.partitions.borrow_mut();
                         let slots = partitions.entry(topic.name.clone()).or_default();
                         if slots.len() <= index as usize {
@@ -266,6 +324,23 @@ impl Shard {
         }
         *self.metadata.borrow_mut() = metadata;
         Ok(())
+    }
+
+    fn replica_config(&self, min_insync_replicas: usize) -> ReplicaConfig {
+        ReplicaConfig {
+            me: self.node(),
+            min_insync_replicas: min_insync_replicas.max(1),
+            lag_time_max_ms: self
+                .config
+                .cluster
+                .as_ref()
+                .map_or(30_000, |c| c.replica_lag_time_max_ms),
+            ack_level: match self.config.durability {
+                crate::config::Durability::Fsync => AckLevel::Durable,
+                crate::config::Durability::FlushPolicy => AckLevel::Written,
+            },
+            flaw: Flaw::None,
+        }
     }
 
     /// Runs retention (and time-based segment rolls) over this shard's logs every `interval`,

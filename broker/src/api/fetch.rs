@@ -317,7 +317,7 @@ async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) 
         .iter()
         .map(|(p, offset)| {
             let wait: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
-                p.log.high_watermark_mark().wait_for(offset + 1).await;
+                p.high_watermark_mark().wait_for(offset + 1).await;
             });
             wait
         })

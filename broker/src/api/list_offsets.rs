@@ -138,7 +138,16 @@ async fn lookup(p: &crate::partition::Partition, timestamp: i64) -> Found {
         ..Found::NONE
     };
     match timestamp {
-        LATEST => at(log.high_watermark()),
+        // A new leader's end is not final until its high watermark reached where its
+        // epoch began (records of the old leader's above it may still go).
+        LATEST
+            if p.replicated
+                .as_ref()
+                .is_some_and(|r| !r.with(|sm| sm.offsets_available())) =>
+        {
+            Found::failed(ResponseError::OffsetNotAvailable)
+        }
+        LATEST => at(p.high_watermark()),
         // No tiered storage: nothing is tiered.
         LATEST_TIERED => Found::NONE,
         EARLIEST | EARLIEST_LOCAL => at(log.log_start_offset()),

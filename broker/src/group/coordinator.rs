@@ -43,6 +43,7 @@ use super::call::{
 use super::membership::{Ctx, Expiry, Group, Pending, Scheduler};
 use super::offsets::StoredOffset;
 use super::records::{self, EncodedRecord, OffsetKey, Record};
+use crate::partition::Partition;
 
 /// How much of the log one read of the replay asks for.
 const REPLAY_READ_BYTES: usize = 1 << 20;
@@ -69,6 +70,19 @@ pub enum GroupError {
     Trim(#[from] LogError),
     #[error("the coordinator is closed or failed")]
     Closed,
+    #[error("the offsets partition refused the write: {0}")]
+    Refused(String),
+}
+
+/// Why the offsets partition did not take or commit a write.
+fn refused(p: crate::partition::Produced) -> String {
+    let error = p
+        .error
+        .map_or_else(|| "no error".to_string(), |e| format!("{e:?}"));
+    match p.message {
+        Some(m) => format!("{error}: {m}"),
+        None => error,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +105,10 @@ struct Snapshots {
 /// other shards reach it through [`super::Dispatch`].
 pub struct Coordinator {
     me: Weak<Coordinator>,
+    /// The offsets partition: its records are appended as its leader's, acks=all.
+    partition: Rc<Partition>,
+    /// The partition's leader epoch when this coordinator loaded it.
+    epoch: Option<model::LeaderEpoch>,
     log: Rc<Log>,
     config: GroupConfig,
     timers: Scheduler,
@@ -139,7 +157,11 @@ fn tombstone(group: &str, topic: &str, partition: i32) -> EncodedRecord {
 impl Coordinator {
     /// Replays `log` (the offsets partition's log, see [`super::offsets_topic_configs`]) and
     /// starts serving. The coordinator owns the log from now on: [`Coordinator::close`] closes it.
-    pub async fn open(log: Rc<Log>, config: GroupConfig) -> Result<Rc<Coordinator>, GroupError> {
+    pub async fn open(
+        partition: Rc<Partition>,
+        config: GroupConfig,
+    ) -> Result<Rc<Coordinator>, GroupError> {
+        let log = partition.log.clone();
         let log_config = log.config();
         if log_config.retention_ms.is_some() || log_config.retention_bytes.is_some() {
             tracing::warn!(
@@ -161,6 +183,8 @@ impl Coordinator {
         );
         let coordinator = Rc::new_cyclic(|me: &Weak<Coordinator>| Coordinator {
             me: me.clone(),
+            epoch: partition.leads(),
+            partition,
             log,
             timers: Scheduler::new(me.clone()),
             config,
@@ -195,8 +219,14 @@ impl Coordinator {
         }
     }
 
+    /// The leader epoch of the offsets partition this coordinator was opened in.
+    pub fn leader_epoch(&self) -> Option<model::LeaderEpoch> {
+        self.epoch
+    }
+
     /// Stops serving: waiting JoinGroups and SyncGroups get NOT_COORDINATOR, writes in progress
-    /// finish their appends, and the log is closed cleanly.
+    /// finish their appends, and the log is closed cleanly (on a node of its own: a replicated
+    /// log stays open, a follower now, and its shard closes it).
     pub async fn close(&self) {
         if self.serving.replace(Serving::Closed) == Serving::Closed {
             return;
@@ -210,7 +240,9 @@ impl Coordinator {
             group.shut_down(ResponseError::NotCoordinator);
         }
         drop(groups);
-        if let Err(e) = self.log.close().await {
+        if self.partition.replicated.is_none()
+            && let Err(e) = self.log.close().await
+        {
             tracing::error!(log = %self.log.dir().display(), error = %e, "closing the offsets log");
         }
         drop(permit);
@@ -594,16 +626,16 @@ impl Coordinator {
             return Ok(());
         }
         let appended = match records::record_set(&records, now_ms(), self.batch_bytes_max()) {
-            Ok(set) => self.log.append(set, 0).await.map_err(|e| e.to_string()),
+            Ok(set) => self.partition.append_own(set).await.map_err(refused),
             Err(e) => Err(e.to_string()),
         };
         drop(permit);
         let synced = match appended {
-            Ok(info) => self
-                .log
-                .wait_durable(info.next_offset)
+            Ok((next_offset, epoch)) => self
+                .partition
+                .wait_committed(next_offset, epoch)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(refused),
             Err(e) => Err(e),
         };
         if let Err(reason) = synced {
@@ -685,10 +717,25 @@ impl Coordinator {
                         reason: e.to_string(),
                     }
                 })?;
-            self.log.append(set, 0).await?.next_offset
+            let (next_offset, epoch) = self
+                .partition
+                .append_own(set)
+                .await
+                .map_err(|p| GroupError::Refused(refused(p)))?;
+            self.partition
+                .wait_committed(next_offset, epoch)
+                .await
+                .map_err(|p| GroupError::Refused(refused(p)))?;
+            next_offset
         };
         drop(permit);
-        self.log.wait_durable(end).await?;
+        if self.partition.replicated.is_some() {
+            // The replicas keep their segments: a follower catching up may still need them
+            // (the log start offset does not travel to followers yet).
+            self.snapshots.borrow_mut().baseline_bytes = self.log.size_bytes();
+            return Ok(());
+        }
+        let _ = end;
         let deleted = self.log.delete_before(start).await?;
         let size_bytes = self.log.size_bytes();
         self.snapshots.borrow_mut().baseline_bytes = size_bytes;

@@ -151,7 +151,7 @@ impl Cluster {
                 .await
                 .unwrap();
             coordinators.push(
-                Coordinator::open(log.clone(), config.clone())
+                Coordinator::open(super::tests::offsets_partition(&log), config.clone())
                     .await
                     .unwrap(),
             );
@@ -622,4 +622,15 @@ fn calls_and_replies_are_send() {
     fn send<T: Send>() {}
     send::<GroupCall>();
     send::<GroupReply>();
+}
+
+/// An offsets partition of a node of its own over `log`.
+pub fn offsets_partition(log: &Rc<storage::Log>) -> Rc<crate::partition::Partition> {
+    Rc::new(crate::partition::Partition::new(
+        super::OFFSETS_TOPIC.to_string(),
+        0,
+        log.clone(),
+        model::LeaderEpoch::default(),
+        None,
+    ))
 }
