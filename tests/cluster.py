@@ -148,8 +148,20 @@ class Cluster:
     voter_count: int
 
     @classmethod
-    def create(cls, root: Path, node_count: int, voter_count: int = 3, extra_args: tuple[str, ...] = ()) -> Cluster:
+    def create(
+        cls,
+        root: Path,
+        node_count: int,
+        voter_count: int = 3,
+        extra_args: tuple[str, ...] = (),
+        replica_lag_time_max_ms: int | None = None,
+    ) -> Cluster:
+        """`extra_args`: more spindle flags (spindle mode only). `replica_lag_time_max_ms`: how
+        long a follower may lag before it leaves the ISR, on either broker (Kafka's
+        replica.lag.time.max.ms, spindle's --replica-lag-time-max-ms)."""
         assert 1 <= voter_count <= node_count
+        if replica_lag_time_max_ms is not None:
+            extra_args = (*extra_args, "--replica-lag-time-max-ms", str(replica_lag_time_max_ms))
         ports = [free_port() for _ in range(node_count)]
         cluster_ports = [free_port() for _ in range(node_count)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{cluster_ports[i]}" for i in range(voter_count))
@@ -169,6 +181,8 @@ class Cluster:
         if BROKER_KIND == "kafka":
             settings = [f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}"]
             settings += [f"broker.heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"]
+            if replica_lag_time_max_ms is not None:
+                settings += [f"replica.lag.time.max.ms={replica_lag_time_max_ms}"]
             command = [str(KAFKA_SCRIPT), "prepare-cluster", "--dir", str(root), "--voters", str(voter_count)]
             command += ["--ports", ",".join(map(str, ports))]
             for setting in settings:

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Message
 from kafka import KafkaConsumer, TopicPartition
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import clients
 import kafka_wire
@@ -221,20 +220,6 @@ def test_every_node_answers_the_same_api_versions(cluster) -> None:
     assert answers[0] and all(a == answers[0] for a in answers), answers
 
 
-def one_record_batch() -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 10,
-    )
-    builder.append(0, timestamp=int(time.time() * 1000), key=b"k", value=b"v", headers=[])
-    return bytes(builder.build())
-
-
 def test_a_request_to_a_node_that_does_not_lead_gets_not_leader_or_follower(cluster, unique) -> None:
     topic = unique("topic")
     placed = spread_topic(cluster, topic)
@@ -242,7 +227,7 @@ def test_a_request_to_a_node_that_does_not_lead_gets_not_leader_or_follower(clus
     for p in placed:
         for node in cluster.nodes:
             with kafka_wire.Connection(node.host, node.port) as conn:
-                produced = kafka_wire.produce(conn, topic, p.partition, one_record_batch())
+                produced = kafka_wire.produce(conn, topic, p.partition, kafka_wire.record_batch(b"k", b"v"))
                 fetched = kafka_wire.fetch(conn, topic, p.partition, 0).error_code
             if node.node_id == p.leader:
                 assert produced == (kafka_wire.ERROR_NONE, 0), f"partition {p.partition} on its leader"
