@@ -6,7 +6,7 @@ loss of their coordinator. Runs on spindle and, as the reference, on a Kafka KRa
 
 The cluster has four nodes: three controller voters (1-3) and a broker only (4), so that a
 partition whose two followers are stopped (one of them node 4) still has a controller quorum to
-commit its ISR change; the other tests place their replicas on nodes 1-3 and 4 by hand.
+commit its ISR change. Every test places its replicas by hand (CreateTopics with an assignment).
 
 Environment:
   SPINDLE_CHAOS_ROUNDS     kill -9 rounds of the chaos test (default 3; `scripts/chaos --rounds N`)
@@ -33,7 +33,7 @@ from kafka.record.util import calc_crc32c
 import clients
 import kafka_wire
 from cluster import SETTLE_TIMEOUT_S, Cluster, ClusterNode, eventually, metadata
-from conftest import BROKER_KIND, record_broker_use
+from conftest import BROKER_KIND, clean_exit_code, record_broker_use
 
 pytestmark = pytest.mark.skipif(BROKER_KIND == "noida", reason="noida-db has no clusters")
 
@@ -55,6 +55,7 @@ LOAD_RECORDS_PER_S = 500
 LOAD_TICK_S = 0.01
 # Generous: librdkafka must ride through every failover by retrying, never time a record out.
 LOAD_MESSAGE_TIMEOUT_MS = 180_000
+FLUSH_AFTER_FAILURE_S = 5.0
 # A killed node restarted (Kafka: a JVM recovering its logs) and caught up into every ISR.
 REJOIN_TIMEOUT_S = 120.0
 # How long a stale leader's answer to a request it got while stopped may take once it runs again.
@@ -83,7 +84,9 @@ def four_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         cluster.start()
         yield cluster
-        cluster.stop()
+        # The nodes still running (the last test may leave one down) shut down cleanly.
+        codes = cluster.stop()
+        assert codes and set(codes.values()) == {clean_exit_code(signal.SIGTERM)}, f"exit codes after SIGTERM: {codes}"
     finally:
         cluster.ensure_stopped()
 
@@ -299,6 +302,7 @@ class Load:
         self.failed: list[str] = []
         self.sent = 0
         self.done = threading.Event()
+        self.flush_timeout_s = LOAD_MESSAGE_TIMEOUT_MS / 1000
         self.thread = threading.Thread(target=self.run, name=f"load {topic}", daemon=True)
 
     def value(self, seq: int) -> bytes:
@@ -325,7 +329,7 @@ class Load:
                 except BufferError:
                     break
             self.producer.poll(LOAD_TICK_S)
-        left = self.producer.flush(LOAD_MESSAGE_TIMEOUT_MS / 1000)
+        left = self.producer.flush(self.flush_timeout_s)
         if left:
             self.failed.append(f"{left} records still unacknowledged after the flush")
 
@@ -333,7 +337,10 @@ class Load:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            # The test failed already: no waiting for what is still unacknowledged.
+            self.flush_timeout_s = FLUSH_AFTER_FAILURE_S
         self.stop()
 
     def stop(self) -> None:
