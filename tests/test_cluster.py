@@ -33,7 +33,9 @@ from cluster import (
     controller_named_by,
     describe_cluster_controller,
     eventually,
+    for_one_test,
     metadata,
+    shared_by_module,
     spindle_node_command,
 )
 from conftest import BROKER_KIND, Kcat, clean_exit_code, free_port, record_broker_use
@@ -83,26 +85,13 @@ def test_five_nodes_three_voters_and_two_brokers_see_the_same_topic(request, tmp
 
 @pytest.fixture(scope="module")
 def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster.create(tmp_path_factory.mktemp("cluster"), node_count=3)
-    try:
-        cluster.start()
-        yield cluster
-        # The nodes still running (the last test may leave one down) shut down cleanly.
-        codes = cluster.stop()
-        assert codes and set(codes.values()) == {clean_sigterm()}, f"exit codes after SIGTERM: {codes}"
-    finally:
-        cluster.ensure_stopped()
+    yield from shared_by_module(Cluster.create(tmp_path_factory.mktemp("cluster"), node_count=3))
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, three_nodes: Cluster) -> Iterator[Cluster]:
     """The shared 3-node cluster with every node up and listed by every node."""
-    for node in three_nodes.nodes:
-        record_broker_use(request, node)
-    three_nodes.start()
-    yield three_nodes
-    died = {n.node_id: n.ended_badly() for n in three_nodes.nodes if n.ended_badly() is not None}
-    assert not died, f"nodes exited on their own during the test (node: exit code): {died}"
+    yield from for_one_test(request, three_nodes)
 
 
 def create_through(node: ClusterNode, topic: str, partitions: int, replication_factor: int) -> float:

@@ -32,8 +32,8 @@ from kafka.record.util import calc_crc32c
 
 import clients
 import kafka_wire
-from cluster import SETTLE_TIMEOUT_S, Cluster, ClusterNode, eventually, metadata
-from conftest import BROKER_KIND, clean_exit_code, record_broker_use
+from cluster import SETTLE_TIMEOUT_S, Cluster, ClusterNode, eventually, for_one_test, metadata, shared_by_module
+from conftest import BROKER_KIND
 
 pytestmark = pytest.mark.skipif(BROKER_KIND == "noida", reason="noida-db has no clusters")
 
@@ -74,33 +74,20 @@ FOUR_SPREAD = [[1, 2, 3], [2, 3, 4], [3, 4, 1], [4, 1, 2]]
 
 @pytest.fixture(scope="module")
 def four_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster.create(
-        tmp_path_factory.mktemp("replication"),
-        node_count=4,
-        voter_count=3,
-        extra_args=("--cache-bytes", str(SPINDLE_CACHE_BYTES)),
-        replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
+    yield from shared_by_module(
+        Cluster.create(
+            tmp_path_factory.mktemp("replication"),
+            node_count=4,
+            voter_count=3,
+            extra_args=("--cache-bytes", str(SPINDLE_CACHE_BYTES)),
+            replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
+        )
     )
-    try:
-        cluster.start()
-        yield cluster
-        # The nodes still running (the last test may leave one down) shut down cleanly.
-        codes = cluster.stop()
-        assert codes and set(codes.values()) == {clean_exit_code(signal.SIGTERM)}, f"exit codes after SIGTERM: {codes}"
-    finally:
-        cluster.ensure_stopped()
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, four_nodes: Cluster) -> Iterator[Cluster]:
-    """The shared cluster with every node up (a test that killed one and failed leaves it down:
-    it starts again here) and listed by every node."""
-    for node in four_nodes.nodes:
-        record_broker_use(request, node)
-    four_nodes.start()
-    yield four_nodes
-    died = {n.node_id: n.ended_badly() for n in four_nodes.nodes if n.ended_badly() is not None}
-    assert not died, f"nodes exited on their own during the test (node: exit code): {died}"
+    yield from for_one_test(request, four_nodes)
 
 
 # Topics and what the nodes say of them.
