@@ -23,6 +23,8 @@ NOT_READY_ERRORS = (
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
+    # A new leader's ListOffsets until its high watermark caught up with its log end (issue 11).
+    KafkaError.OFFSET_NOT_AVAILABLE,
 )
 RETRY_BACKOFF_S = 0.1
 

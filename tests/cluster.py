@@ -18,13 +18,24 @@ import hashlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import kafka_wire
-from conftest import BROKER_KIND, KAFKA_SCRIPT, SPINDLE_BIN, START_TIMEOUT_S, Broker, clean_exit_code, free_port
+import pytest
+
+from conftest import (
+    BROKER_KIND,
+    KAFKA_SCRIPT,
+    SPINDLE_BIN,
+    START_TIMEOUT_S,
+    Broker,
+    clean_exit_code,
+    free_port,
+    record_broker_use,
+)
 
 SESSION_TIMEOUT_MS = 4000
 HEARTBEAT_INTERVAL_MS = 500
@@ -148,8 +159,20 @@ class Cluster:
     voter_count: int
 
     @classmethod
-    def create(cls, root: Path, node_count: int, voter_count: int = 3, extra_args: tuple[str, ...] = ()) -> Cluster:
+    def create(
+        cls,
+        root: Path,
+        node_count: int,
+        voter_count: int = 3,
+        extra_args: tuple[str, ...] = (),
+        replica_lag_time_max_ms: int | None = None,
+    ) -> Cluster:
+        """`extra_args`: more spindle flags (spindle mode only). `replica_lag_time_max_ms`: how
+        long a follower may lag before it leaves the ISR, on either broker (Kafka's
+        replica.lag.time.max.ms, spindle's --replica-lag-time-max-ms)."""
         assert 1 <= voter_count <= node_count
+        if replica_lag_time_max_ms is not None:
+            extra_args = (*extra_args, "--replica-lag-time-max-ms", str(replica_lag_time_max_ms))
         ports = [free_port() for _ in range(node_count)]
         cluster_ports = [free_port() for _ in range(node_count)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{cluster_ports[i]}" for i in range(voter_count))
@@ -169,6 +192,8 @@ class Cluster:
         if BROKER_KIND == "kafka":
             settings = [f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}"]
             settings += [f"broker.heartbeat.interval.ms={HEARTBEAT_INTERVAL_MS}"]
+            if replica_lag_time_max_ms is not None:
+                settings += [f"replica.lag.time.max.ms={replica_lag_time_max_ms}"]
             command = [str(KAFKA_SCRIPT), "prepare-cluster", "--dir", str(root), "--voters", str(voter_count)]
             command += ["--ports", ",".join(map(str, ports))]
             for setting in settings:
@@ -253,6 +278,30 @@ class Cluster:
         except AssertionError as e:
             details = "\n".join(f"node {i} digest {digest(v)}: {v}" for i, v in last.items())
             raise AssertionError(f"{e}\n{details}") from None
+
+
+def shared_by_module(cluster: Cluster) -> Iterator[Cluster]:
+    """For a module fixture: the cluster started; after the module's last test, the nodes still
+    running (a test may leave one down) shut down cleanly, and every node is gone."""
+    try:
+        cluster.start()
+        yield cluster
+        codes = cluster.stop()
+        assert codes and set(codes.values()) == {clean_exit_code(signal.SIGTERM)}, f"exit codes after SIGTERM: {codes}"
+    finally:
+        cluster.ensure_stopped()
+
+
+def for_one_test(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Cluster]:
+    """For a test's fixture: the shared cluster with every node up (one an earlier test killed
+    starts again) and listed by every node; the nodes' logs go into the test's failure report,
+    and a node that exited by itself during the test fails it."""
+    for node in cluster.nodes:
+        record_broker_use(request, node)
+    cluster.start()
+    yield cluster
+    died = {n.node_id: n.ended_badly() for n in cluster.nodes if n.ended_badly() is not None}
+    assert not died, f"nodes exited on their own during the test (node: exit code): {died}"
 
 
 def active_controller(via: Broker) -> int:

@@ -14,6 +14,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
 API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
@@ -28,6 +30,7 @@ ERROR_NONE = 0
 ERROR_OFFSET_OUT_OF_RANGE = 1
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3
 ERROR_NOT_LEADER_OR_FOLLOWER = 6
+ERROR_NOT_ENOUGH_REPLICAS = 19
 ERROR_TOPIC_ALREADY_EXISTS = 36
 # ElectLeaders' answers: the preferred replica is fenced or out of the ISR; nothing to do.
 ERROR_PREFERRED_LEADER_NOT_AVAILABLE = 80
@@ -354,9 +357,26 @@ class BatchHeader:
         return self.attributes & 0x7
 
 
-def produce(conn: Connection, topic: str, partition: int, records: bytes) -> tuple[int, int]:
-    """Produce v3 of one record set, acks=all: (error code, base offset)."""
-    body = string(None) + struct.pack(">hi", -1, 30_000)
+def record_batch(key: bytes | None, value: bytes | None) -> bytes:
+    """A v2 batch of one uncompressed record, no producer id (built by kafka-python's builder)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 10,
+    )
+    builder.append(0, timestamp=int(time.time() * 1000), key=key, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def produce(
+    conn: Connection, topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30_000
+) -> tuple[int, int]:
+    """Produce v3 of one record set, acks=all unless told: (error code, base offset)."""
+    body = string(None) + struct.pack(">hi", acks, timeout_ms)
     body += struct.pack(">i", 1) + string(topic)
     body += struct.pack(">i", 1) + struct.pack(">ii", partition, len(records)) + records
     reader = conn.request(API_PRODUCE, 3, body)

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Message
 from kafka import KafkaConsumer, TopicPartition
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import clients
 import kafka_wire
@@ -34,7 +33,9 @@ from cluster import (
     controller_named_by,
     describe_cluster_controller,
     eventually,
+    for_one_test,
     metadata,
+    shared_by_module,
     spindle_node_command,
 )
 from conftest import BROKER_KIND, Kcat, clean_exit_code, free_port, record_broker_use
@@ -84,26 +85,13 @@ def test_five_nodes_three_voters_and_two_brokers_see_the_same_topic(request, tmp
 
 @pytest.fixture(scope="module")
 def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster.create(tmp_path_factory.mktemp("cluster"), node_count=3)
-    try:
-        cluster.start()
-        yield cluster
-        # The nodes still running (the last test may leave one down) shut down cleanly.
-        codes = cluster.stop()
-        assert codes and set(codes.values()) == {clean_sigterm()}, f"exit codes after SIGTERM: {codes}"
-    finally:
-        cluster.ensure_stopped()
+    yield from shared_by_module(Cluster.create(tmp_path_factory.mktemp("cluster"), node_count=3))
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, three_nodes: Cluster) -> Iterator[Cluster]:
     """The shared 3-node cluster with every node up and listed by every node."""
-    for node in three_nodes.nodes:
-        record_broker_use(request, node)
-    three_nodes.start()
-    yield three_nodes
-    died = {n.node_id: n.ended_badly() for n in three_nodes.nodes if n.ended_badly() is not None}
-    assert not died, f"nodes exited on their own during the test (node: exit code): {died}"
+    yield from for_one_test(request, three_nodes)
 
 
 def create_through(node: ClusterNode, topic: str, partitions: int, replication_factor: int) -> float:
@@ -221,20 +209,6 @@ def test_every_node_answers_the_same_api_versions(cluster) -> None:
     assert answers[0] and all(a == answers[0] for a in answers), answers
 
 
-def one_record_batch() -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 10,
-    )
-    builder.append(0, timestamp=int(time.time() * 1000), key=b"k", value=b"v", headers=[])
-    return bytes(builder.build())
-
-
 def test_a_request_to_a_node_that_does_not_lead_gets_not_leader_or_follower(cluster, unique) -> None:
     topic = unique("topic")
     placed = spread_topic(cluster, topic)
@@ -242,7 +216,7 @@ def test_a_request_to_a_node_that_does_not_lead_gets_not_leader_or_follower(clus
     for p in placed:
         for node in cluster.nodes:
             with kafka_wire.Connection(node.host, node.port) as conn:
-                produced = kafka_wire.produce(conn, topic, p.partition, one_record_batch())
+                produced = kafka_wire.produce(conn, topic, p.partition, kafka_wire.record_batch(b"k", b"v"))
                 fetched = kafka_wire.fetch(conn, topic, p.partition, 0).error_code
             if node.node_id == p.leader:
                 assert produced == (kafka_wire.ERROR_NONE, 0), f"partition {p.partition} on its leader"
