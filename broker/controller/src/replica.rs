@@ -190,6 +190,8 @@ struct Follower {
     /// The leader's end when that progress came.
     leader_end_at_last_progress: i64,
     last_probe_ms: Option<u64>,
+    /// The high watermark the last append or probe to it carried.
+    high_watermark_sent: i64,
 }
 
 impl Follower {
@@ -203,6 +205,7 @@ impl Follower {
             last_progress_ms: now_ms,
             leader_end_at_last_progress: i64::MAX,
             last_probe_ms: None,
+            high_watermark_sent: -1,
         }
     }
 
@@ -439,14 +442,6 @@ impl Replica {
     /// Time passed: leave followers that lag out of the ISR, probe unknown ones.
     pub fn on_tick(&mut self, now_ms: u64) -> Vec<Action> {
         let mut actions = Vec::new();
-        let end = self.log.end;
-        if let Role::Leader(l) = &mut self.role {
-            for f in l.followers.values_mut() {
-                if f.next.is_some() && f.log_end >= end {
-                    f.caught_up_ms = now_ms;
-                }
-            }
-        }
         self.probe_all(&mut actions, now_ms);
         self.shrink_isr(&mut actions, now_ms);
         self.advance_high_watermark(&mut actions, now_ms);
@@ -488,6 +483,7 @@ impl Replica {
         {
             debug_assert!(f.next.is_some_and(|n| n <= next) && next <= self.log.end);
             f.next = Some(next);
+            f.high_watermark_sent = self.high_watermark;
         }
     }
 
@@ -704,18 +700,40 @@ impl Replica {
         Vec::new()
     }
 
+    /// Probes the followers that need to hear from this leader: one whose position is not
+    /// known; an idle one (nothing to send it) that has not yet heard the high watermark, or has
+    /// not answered for a while (a third of the lag allowed while in the ISR, so a live one
+    /// never falls out of it for being idle; every [`PROBE_INTERVAL_MS`] outside it, so one
+    /// that came back joins again soon).
     fn probe_all(&mut self, actions: &mut Vec<Action>, now_ms: u64) {
         let hw = self.high_watermark;
         let end = self.log.end;
+        let quiet_in_isr_ms = (self.config.lag_time_max_ms / 3).max(PROBE_INTERVAL_MS / 5);
         let Role::Leader(l) = &mut self.role else {
             return;
         };
         for (node, f) in &mut l.followers {
-            let due = f
+            let since_probe_ms = f
                 .last_probe_ms
-                .is_none_or(|t| now_ms.saturating_sub(t) >= PROBE_INTERVAL_MS);
-            if f.next.is_none() && due {
+                .map_or(u64::MAX, |t| now_ms.saturating_sub(t));
+            let due = match f.next {
+                None => since_probe_ms >= PROBE_INTERVAL_MS,
+                Some(next) if next >= end => {
+                    let quiet_ms = if self.state.isr.contains(node) {
+                        quiet_in_isr_ms
+                    } else {
+                        PROBE_INTERVAL_MS
+                    };
+                    let quiet = now_ms.saturating_sub(f.last_progress_ms) >= quiet_ms
+                        && since_probe_ms >= quiet_ms.min(PROBE_INTERVAL_MS);
+                    quiet || f.high_watermark_sent < hw
+                }
+                // Batches are on their way; they carry the high watermark.
+                Some(_) => false,
+            };
+            if due {
                 f.last_probe_ms = Some(now_ms);
+                f.high_watermark_sent = hw;
                 actions.push(Action::Send {
                     to: *node,
                     say: Say::Probe {
@@ -1033,7 +1051,19 @@ mod tests {
         leader.on_progress(B, 1, 0, 0, 0, 0);
         leader.on_progress(C, 1, 0, 0, 0, 0);
         leader.on_local_log(log(5), 100);
+        leader.sent(B, 5);
         leader.on_progress(B, 1, 5, 5, 5, 200);
+        // Idle in the ISR: probed within a third of the lag allowed, and it answers.
+        let probes = leader.on_tick(600);
+        assert!(probes.iter().any(|a| matches!(
+            a,
+            Action::Send {
+                to: B,
+                say: Say::Probe { .. }
+            }
+        )));
+        leader.on_progress(B, 1, 5, 5, 5, 601);
+        leader.on_progress(B, 1, 5, 5, 5, 1_400);
         let actions = leader.on_tick(1_500);
         assert!(actions.contains(&Action::ProposeIsr {
             isr: vec![A, B],
