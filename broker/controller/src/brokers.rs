@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use model::{ClusterMetadata, Command, NodeId};
+use model::{BrokerRegistration, ClusterMetadata, Command, NodeId};
 
 use crate::leadership;
 
@@ -154,6 +154,33 @@ pub fn fence_commands(metadata: &ClusterMetadata, node: NodeId) -> Vec<Command> 
     commands
 }
 
+/// The commands for a broker's registration ([`Heard::Rejoin`]): if the metadata still has it
+/// live, this is a new process that was never fenced (it restarted after its session ran out,
+/// before the controller fenced it), so it is fenced first: its leaderships move and it
+/// leaves the ISRs, as Kafka does for an unclean shutdown, because a restarted broker may have
+/// lost what it had not synced, and leading on in the same leader epoch would let two
+/// different batches share an offset. Then it is registered and brought back
+/// ([`rejoin_commands`]).
+pub fn register_commands(
+    metadata: &ClusterMetadata,
+    registration: BrokerRegistration,
+) -> Vec<Command> {
+    let node = registration.id;
+    let mut after = metadata.clone();
+    let mut commands = Vec::new();
+    if leadership::is_live(metadata, node) {
+        commands = fence_commands(metadata, node);
+    }
+    commands.push(Command::RegisterBroker(registration));
+    for c in &commands {
+        if let Err(e) = model::apply(&mut after, c) {
+            tracing::warn!(%node, error = %e, "a registration's command was refused");
+        }
+    }
+    commands.extend(rejoin_commands(&after, node));
+    commands
+}
+
 /// The commands that bring `node` back once it registered again (it is live in `metadata`): it
 /// rejoins no ISR (its leaders add it once it caught up), and leads the partitions without a
 /// leader whose ISR it is in, or whose topic allows an unclean election
@@ -225,6 +252,26 @@ mod tests {
         let mut back = m.brokers[&node].clone();
         back.fenced = false;
         apply_all(m, &[Command::RegisterBroker(back)]);
+    }
+
+    #[test]
+    fn a_broker_that_restarted_before_it_was_fenced_is_fenced_first() {
+        let mut m = cluster(3, &[&[1, 2, 3]]);
+        let registration = m.brokers[&NodeId(1)].clone();
+        let c = register_commands(&m, registration);
+        apply_all(&mut m, &c);
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!(p.leader, Some(NodeId(2)), "its leadership moved");
+        assert_eq!(p.leader_epoch, LeaderEpoch(1));
+        assert_eq!(p.isr, vec![NodeId(2), NodeId(3)], "it catches up first");
+        assert!(!m.brokers[&NodeId(1)].fenced, "and it is registered");
+        // A fenced broker coming back is only registered.
+        let c = fence_commands(&m, NodeId(2));
+        apply_all(&mut m, &c);
+        let mut back = m.brokers[&NodeId(2)].clone();
+        back.fenced = false;
+        let c = register_commands(&m, back.clone());
+        assert_eq!(c.first(), Some(&Command::RegisterBroker(back)));
     }
 
     #[test]

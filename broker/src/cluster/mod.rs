@@ -798,16 +798,9 @@ impl Cluster {
             }
             Heard::Rejoin => {
                 tracing::info!(%node, "a broker registers");
-                let registration = Command::RegisterBroker(h.registration.clone());
+                let registration = h.registration.clone();
                 reply.accepted = self
-                    .decide(|m| {
-                        let mut after = m.clone();
-                        let mut commands = vec![registration];
-                        if model::apply(&mut after, &commands[0]).is_ok() {
-                            commands.extend(brokers::rejoin_commands(&after, node));
-                        }
-                        commands
-                    })
+                    .decide(|m| brokers::register_commands(m, registration))
                     .await;
             }
         }
