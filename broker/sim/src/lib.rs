@@ -9,12 +9,18 @@
 //! (a digest of everything applied) matches every other node's at each index, snapshots
 //! included; and once the faults stop, every node applies a new proposal within a bound.
 //!
+//! [`replication`] is the second world: 3 nodes with a `controller::replica::Replica` and a
+//! fake log per partition, a controller applying the rules of `controller::brokers` and
+//! `controller::leadership`, acks=all producers, and the same kinds of faults; its checks are
+//! about acknowledged records, committed prefixes, leaders and high watermarks.
+//!
 //! Dev-only: nothing ships it. `cargo test -p sim` runs a few hundred seeds;
-//! `scripts/simulate --seeds N` runs many more.
+//! `scripts/simulate --seeds N [--replication]` runs many more.
 
 mod check;
 mod disk;
 mod network;
+pub mod replication;
 mod rng;
 mod world;
 
