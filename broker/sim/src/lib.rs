@@ -17,6 +17,7 @@
 //! Dev-only: nothing ships it. `cargo test -p sim` runs a few hundred seeds;
 //! `scripts/simulate --seeds N [--replication]` runs many more.
 
+mod agenda;
 mod check;
 mod disk;
 mod network;

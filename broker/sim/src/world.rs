@@ -1,14 +1,14 @@
 //! One seeded run: voters, their fake disks, the fake network and time, the fault schedule,
 //! the client proposing entries, and the checks after every step.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use bytes::Bytes;
 use controller::{Action, Config, Event, Quorum, QuorumError, Role};
 use model::NodeId;
 
-use crate::check::{Checker, StateMachine, fnv};
+use crate::agenda::{Agenda, Trace};
+use crate::check::{Checker, StateMachine};
 use crate::disk::{Disk, Write};
 use crate::network::Network;
 use crate::rng::Rng;
@@ -136,15 +136,12 @@ struct World {
     rng: Rng,
     now_ms: u64,
     step: u64,
-    agenda: BTreeMap<(u64, u64), Ev>,
-    agenda_seq: u64,
+    agenda: Agenda<Ev>,
     nodes: Vec<Node>,
     net: Network,
     check: Checker,
     snapshot_every: u64,
-    trace: VecDeque<String>,
-    line: String,
-    fingerprint: u64,
+    trace: Trace,
     proposals: u64,
     leader_hint: Option<usize>,
     quiet: bool,
@@ -164,7 +161,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<Summary, Failure> {
             terms_with_a_leader: w.check.terms_with_a_leader(),
             crashes: w.crashes,
             snapshots_restored: w.restores,
-            fingerprint: w.fingerprint,
+            fingerprint: w.trace.fingerprint(),
         }),
         Err(what) => {
             w.end_line();
@@ -175,7 +172,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<Summary, Failure> {
                 step: w.step,
                 time_ms: w.now_ms,
                 what,
-                trace: w.trace.into(),
+                trace: w.trace.into_lines(),
             })
         }
     }
@@ -195,6 +192,7 @@ impl World {
                 applied_after_quiet: false,
             })
             .collect();
+        let trace = Trace::new(cfg.trace_lines);
         World {
             seed,
             net: Network::new(cfg.net_delay_ms_max),
@@ -202,14 +200,11 @@ impl World {
             rng,
             now_ms: 0,
             step: 0,
-            agenda: BTreeMap::new(),
-            agenda_seq: 0,
+            agenda: Agenda::new(),
             nodes,
             check: Checker::default(),
             snapshot_every,
-            trace: VecDeque::new(),
-            line: String::new(),
-            fingerprint: 0,
+            trace,
             proposals: 0,
             leader_hint: None,
             quiet: false,
@@ -220,30 +215,15 @@ impl World {
     }
 
     fn at(&mut self, time_ms: u64, ev: Ev) {
-        self.agenda_seq += 1;
-        self.agenda.insert((time_ms, self.agenda_seq), ev);
+        self.agenda.at(time_ms, ev);
     }
 
     fn note(&mut self, what: impl fmt::Display) {
-        use fmt::Write as _;
-        let _ = write!(self.line, " {what}");
+        self.trace.note(what);
     }
 
     fn end_line(&mut self) {
-        if self.line.is_empty() {
-            return;
-        }
-        let line = format!(
-            "#{} t={}{}",
-            self.step,
-            self.now_ms,
-            std::mem::take(&mut self.line)
-        );
-        self.fingerprint = fnv(self.fingerprint, line.as_bytes());
-        if self.trace.len() == self.cfg.trace_lines {
-            self.trace.pop_front();
-        }
-        self.trace.push_back(line);
+        self.trace.end_line(self.step, self.now_ms);
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -259,7 +239,7 @@ impl World {
         self.at(self.cfg.fault_ms, Ev::Quiet);
         self.at(self.cfg.fault_ms + self.cfg.quiet_ms, Ev::Deadline);
         while !self.done {
-            let Some(((time_ms, _), ev)) = self.agenda.pop_first() else {
+            let Some((time_ms, ev)) = self.agenda.next() else {
                 return Err("the agenda ran dry".into());
             };
             self.step += 1;

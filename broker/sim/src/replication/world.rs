@@ -16,6 +16,7 @@ use model::{
 use super::check::Checker;
 use super::log::{Batch, FakeLog};
 use super::{ReplicationConfig, ReplicationFailure, ReplicationSummary};
+use crate::agenda::{Agenda, Trace};
 use crate::check::fnv;
 use crate::network::Network;
 use crate::rng::Rng;
@@ -172,8 +173,7 @@ struct World {
     rng: Rng,
     now_ms: u64,
     step: u64,
-    agenda: BTreeMap<(u64, u64), Ev>,
-    agenda_seq: u64,
+    agenda: Agenda<Ev>,
     nodes: Vec<Node>,
     metadata: Arc<ClusterMetadata>,
     sessions: Sessions,
@@ -181,9 +181,7 @@ struct World {
     net: Network,
     links: BTreeMap<(usize, usize), Link>,
     check: Checker,
-    trace: VecDeque<String>,
-    line: String,
-    fingerprint: u64,
+    trace: Trace,
     produced: u64,
     quiet: bool,
     /// Partitions with a record produced after the faults stopped and acknowledged.
@@ -204,7 +202,7 @@ pub fn run(seed: u64, cfg: &ReplicationConfig) -> Result<ReplicationSummary, Rep
             committed: w.check.committed(),
             leader_changes: w.leader_changes,
             crashes: w.crashes,
-            fingerprint: w.fingerprint,
+            fingerprint: w.trace.fingerprint(),
         }),
         Err(what) => {
             w.end_line();
@@ -214,7 +212,7 @@ pub fn run(seed: u64, cfg: &ReplicationConfig) -> Result<ReplicationSummary, Rep
                 step: w.step,
                 time_ms: w.now_ms,
                 what,
-                trace: w.trace.into(),
+                trace: w.trace.into_lines(),
             })
         }
     }
@@ -235,6 +233,7 @@ fn registration(id: NodeId) -> BrokerRegistration {
         shards: 1,
         rack: None,
         fenced: false,
+        replication_ports: Vec::new(),
     }
 }
 
@@ -276,6 +275,7 @@ impl World {
                 next_heartbeat_ms: 0,
             })
             .collect();
+        let trace = Trace::new(cfg.trace_lines);
         World {
             seed,
             rng: Rng::new(seed),
@@ -284,16 +284,13 @@ impl World {
             cfg,
             now_ms: 0,
             step: 0,
-            agenda: BTreeMap::new(),
-            agenda_seq: 0,
+            agenda: Agenda::new(),
             nodes,
             metadata: Arc::new(metadata),
             sessions,
             fencing: BTreeSet::new(),
             links: BTreeMap::new(),
-            trace: VecDeque::new(),
-            line: String::new(),
-            fingerprint: 0,
+            trace,
             produced: 0,
             quiet: false,
             acked_after_quiet: BTreeSet::new(),
@@ -308,30 +305,15 @@ impl World {
     }
 
     fn at(&mut self, time_ms: u64, ev: Ev) {
-        self.agenda_seq += 1;
-        self.agenda.insert((time_ms, self.agenda_seq), ev);
+        self.agenda.at(time_ms, ev);
     }
 
     fn note(&mut self, what: impl fmt::Display) {
-        use fmt::Write as _;
-        let _ = write!(self.line, " {what}");
+        self.trace.note(what);
     }
 
     fn end_line(&mut self) {
-        if self.line.is_empty() {
-            return;
-        }
-        let line = format!(
-            "#{} t={}{}",
-            self.step,
-            self.now_ms,
-            std::mem::take(&mut self.line)
-        );
-        self.fingerprint = fnv(self.fingerprint, line.as_bytes());
-        if self.trace.len() == self.cfg.trace_lines {
-            self.trace.pop_front();
-        }
-        self.trace.push_back(line);
+        self.trace.end_line(self.step, self.now_ms);
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -349,7 +331,7 @@ impl World {
         self.at(self.cfg.fault_ms + self.cfg.quiet_ms, Ev::Deadline);
         let mut same_instant = 0;
         while !self.done {
-            let Some(((time_ms, _), ev)) = self.agenda.pop_first() else {
+            let Some((time_ms, ev)) = self.agenda.next() else {
                 return Err("the agenda ran dry".into());
             };
             same_instant = if time_ms == self.now_ms {
