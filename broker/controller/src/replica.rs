@@ -41,6 +41,8 @@ use model::{LeaderEpoch, NodeId, PartitionEpoch, PartitionState};
 
 /// How often a leader probes a follower whose position it does not know.
 pub const PROBE_INTERVAL_MS: u64 = 500;
+/// How long a leader waits before it proposes an ISR change again that was not seen committed.
+pub const PROPOSAL_RETRY_MS: u64 = 1_000;
 
 /// A leader epoch's first offset in a log (a line of Kafka's `leader-epoch-checkpoint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,8 +226,20 @@ struct Leading {
     /// high watermark reaches it.
     epoch_start: i64,
     followers: BTreeMap<NodeId, Follower>,
-    /// An ISR change proposed and not yet committed or refused.
-    pending: Option<Vec<NodeId>>,
+    /// An ISR change proposed and not yet seen committed or overtaken.
+    pending: Option<Pending>,
+}
+
+/// An ISR change in flight. Until the partition epoch moves past the one it was proposed on,
+/// it may still commit (a proposal whose answer was lost may have), so the high watermark keeps
+/// counting its members, and a failed one is proposed again, never replaced by another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    isr: Vec<NodeId>,
+    /// The partition epoch it takes the partition to.
+    partition_epoch: PartitionEpoch,
+    /// When to propose it again after a failure.
+    retry_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,8 +382,14 @@ impl Replica {
         let is_replica = state.replicas.contains(&me);
         match (&mut self.role, state.leader) {
             (Role::Leader(l), Some(leader)) if leader == me && l.epoch == state.leader_epoch => {
-                // The same leadership: an ISR change committed (ours or the controller's).
-                l.pending = None;
+                // The same leadership. An ISR change in flight is over once the partition
+                // epoch reached it: committed, or overtaken by another change (then it is stale).
+                if l.pending
+                    .as_ref()
+                    .is_some_and(|p| state.partition_epoch >= p.partition_epoch)
+                {
+                    l.pending = None;
+                }
                 for r in &state.replicas {
                     if *r != me {
                         l.followers
@@ -442,19 +462,38 @@ impl Replica {
     /// Time passed: leave followers that lag out of the ISR, probe unknown ones.
     pub fn on_tick(&mut self, now_ms: u64) -> Vec<Action> {
         let mut actions = Vec::new();
+        self.retry_proposal(&mut actions, now_ms);
         self.probe_all(&mut actions, now_ms);
         self.shrink_isr(&mut actions, now_ms);
         self.advance_high_watermark(&mut actions, now_ms);
         actions
     }
 
-    /// The controller refused (or never answered) the ISR change proposed: propose again
-    /// from the committed state when the rules still want one.
-    pub fn on_proposal_failed(&mut self, now_ms: u64) -> Vec<Action> {
-        if let Role::Leader(l) = &mut self.role {
-            l.pending = None;
+    /// The ISR change proposed was not seen committed (refused, or no answer). It stays in
+    /// flight, proposed again after [`PROPOSAL_RETRY_MS`], until the partition's epoch moves.
+    pub fn on_proposal_failed(&mut self, now_ms: u64) {
+        if let Role::Leader(l) = &mut self.role
+            && let Some(p) = &mut l.pending
+        {
+            p.retry_at_ms = Some(now_ms.saturating_add(PROPOSAL_RETRY_MS));
         }
-        self.on_tick(now_ms)
+    }
+
+    fn retry_proposal(&mut self, actions: &mut Vec<Action>, now_ms: u64) {
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        let epoch = l.epoch;
+        if let Some(p) = &mut l.pending
+            && p.retry_at_ms.is_some_and(|t| now_ms >= t)
+        {
+            p.retry_at_ms = None;
+            actions.push(Action::ProposeIsr {
+                isr: p.isr.clone(),
+                leader_epoch: epoch,
+                partition_epoch: p.partition_epoch,
+            });
+        }
     }
 
     /// (leader) The offsets follower `from` needs batches for, if it needs any: from where it
@@ -871,7 +910,7 @@ impl Replica {
                 .state
                 .isr
                 .iter()
-                .chain(l.pending.iter().flatten())
+                .chain(l.pending.iter().flat_map(|p| p.isr.iter()))
                 .copied()
                 .filter(|n| *n != me)
                 .collect();
@@ -917,6 +956,7 @@ impl Replica {
 
     fn expand_isr(&mut self, actions: &mut Vec<Action>) {
         let hw = self.high_watermark;
+        let level = self.config.ack_level;
         let Role::Leader(l) = &mut self.role else {
             return;
         };
@@ -927,10 +967,13 @@ impl Replica {
             .followers
             .iter()
             .filter(|(n, f)| {
+                // It must hold what may have been acknowledged, the way acknowledged records
+                // are held (durable, at that level): everything below the high watermark, and
+                // below the start of this leader's epoch (a leader that restarted knows no
+                // better high watermark than its log's start).
                 !self.state.isr.contains(n)
                     && f.next.is_some()
-                    && f.log_end >= hw
-                    && f.log_end >= l.epoch_start
+                    && f.acked(level) >= hw.max(l.epoch_start)
             })
             .map(|(n, _)| *n)
             .collect();
@@ -948,11 +991,16 @@ impl Replica {
         isr: Vec<NodeId>,
         actions: &mut Vec<Action>,
     ) {
-        l.pending = Some(isr.clone());
+        let partition_epoch = PartitionEpoch(state.partition_epoch.0.saturating_add(1));
+        l.pending = Some(Pending {
+            isr: isr.clone(),
+            partition_epoch,
+            retry_at_ms: None,
+        });
         actions.push(Action::ProposeIsr {
             isr,
             leader_epoch: l.epoch,
-            partition_epoch: PartitionEpoch(state.partition_epoch.0.saturating_add(1)),
+            partition_epoch,
         });
     }
 }

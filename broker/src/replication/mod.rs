@@ -454,7 +454,10 @@ impl Replication {
                 && let Some(r) = &p.replicated
             {
                 let now_ms = self.now_ms();
-                r.step(|sm| ((), sm.on_proposal_failed(now_ms)));
+                r.step(|sm| {
+                    sm.on_proposal_failed(now_ms);
+                    ((), Vec::new())
+                });
             }
         }
     }
