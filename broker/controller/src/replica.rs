@@ -228,6 +228,8 @@ struct Leading {
     followers: BTreeMap<NodeId, Follower>,
     /// An ISR change proposed and not yet seen committed or overtaken.
     pending: Option<Pending>,
+    /// No new ISR change is proposed before this (one was just refused).
+    proposals_after_ms: u64,
 }
 
 /// An ISR change in flight. Until the partition epoch moves past the one it was proposed on,
@@ -411,6 +413,7 @@ impl Replica {
                     epoch_start: log.end,
                     followers,
                     pending: None,
+                    proposals_after_ms: 0,
                 });
                 self.probe_all(&mut actions, now_ms);
             }
@@ -469,13 +472,25 @@ impl Replica {
         actions
     }
 
-    /// The ISR change proposed was not seen committed (refused, or no answer). It stays in
-    /// flight, proposed again after [`PROPOSAL_RETRY_MS`], until the partition's epoch moves.
+    /// The ISR change proposed got no answer (the controller moved, the request timed out): it
+    /// may still commit, so it stays in flight, proposed again after [`PROPOSAL_RETRY_MS`],
+    /// until the partition's epoch moves.
     pub fn on_proposal_failed(&mut self, now_ms: u64) {
         if let Role::Leader(l) = &mut self.role
             && let Some(p) = &mut l.pending
         {
             p.retry_at_ms = Some(now_ms.saturating_add(PROPOSAL_RETRY_MS));
+        }
+    }
+
+    /// The controller refused the ISR change proposed: it was not committed and never will be
+    /// (a refused command is never applied later). The rules may propose another, after
+    /// [`PROPOSAL_RETRY_MS`] (a change refused, such as a fenced follower's return, would only be
+    /// refused again until the metadata moves).
+    pub fn on_proposal_refused(&mut self, now_ms: u64) {
+        if let Role::Leader(l) = &mut self.role {
+            l.pending = None;
+            l.proposals_after_ms = now_ms.saturating_add(PROPOSAL_RETRY_MS);
         }
     }
 
@@ -699,7 +714,7 @@ impl Replica {
         if f.next.is_none() {
             f.next = Some(log_end);
         }
-        self.expand_isr(&mut actions);
+        self.expand_isr(&mut actions, now_ms);
         self.advance_high_watermark(&mut actions, now_ms);
         actions
     }
@@ -934,7 +949,7 @@ impl Replica {
         let Role::Leader(l) = &mut self.role else {
             return;
         };
-        if l.pending.is_some() {
+        if l.pending.is_some() || now_ms < l.proposals_after_ms {
             return;
         }
         let isr: Vec<NodeId> = self
@@ -954,13 +969,13 @@ impl Replica {
         }
     }
 
-    fn expand_isr(&mut self, actions: &mut Vec<Action>) {
+    fn expand_isr(&mut self, actions: &mut Vec<Action>, now_ms: u64) {
         let hw = self.high_watermark;
         let level = self.config.ack_level;
         let Role::Leader(l) = &mut self.role else {
             return;
         };
-        if l.pending.is_some() {
+        if l.pending.is_some() || now_ms < l.proposals_after_ms {
             return;
         }
         let joining: Vec<NodeId> = l

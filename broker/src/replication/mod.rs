@@ -57,6 +57,15 @@ pub fn now_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// What became of an ISR change proposed to the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proposal {
+    Committed,
+    Refused,
+    /// No answer: it may still commit.
+    Unknown,
+}
+
 /// What a follower does to its log, in the order decided.
 #[derive(Debug)]
 enum FollowerJob {
@@ -317,17 +326,19 @@ impl Replication {
         let followers: Vec<NodeId> = r.with(|sm| sm.followers().collect());
         let mut blocked = false;
         for node in followers {
-            while let Some((from, end)) = r.with(|sm| sm.to_send(node)) {
+            // One append per follower per turn: the partitions marked share the links (and
+            // the disk, for a follower catching up) round robin.
+            if let Some((from, end)) = r.with(|sm| sm.to_send(node)) {
                 if links.queued_bytes(node) >= QUEUED_BYTES_MAX {
                     blocked = true;
                     self.outbox.mark(*key);
-                    break;
+                    continue;
                 }
                 let batches = match p.log.read(from, APPEND_BYTES_MAX, end).await {
                     Ok(b) => b,
                     Err(e) => {
                         tracing::warn!(topic = %p.topic, partition = p.index, offset = from, error = %e, "reading batches for a follower");
-                        break;
+                        continue;
                     }
                 };
                 let Some(next) = batches
@@ -335,20 +346,20 @@ impl Replication {
                     .and_then(|b| BatchHeader::parse(b).ok())
                     .map(|h| h.next_offset())
                 else {
-                    break;
+                    continue;
                 };
                 let (leader_epoch, high_watermark) =
                     r.with(|sm| (sm.leads().map_or(-1, |e| e.0), sm.high_watermark()));
                 if leader_epoch < 0 || r.with(|sm| sm.to_send(node)).map(|(f, _)| f) != Some(from) {
-                    break; // the machine moved on while the batches were read
+                    continue; // the machine moved on while the batches were read
                 }
+                let Some(addr) = self.addr_of(node) else {
+                    continue;
+                };
                 r.step(|sm| {
                     sm.sent(node, next);
                     ((), Vec::new())
                 });
-                let Some(addr) = self.addr_of(node) else {
-                    break;
-                };
                 let message = ReplicaMessage::Append {
                     key: *key,
                     leader_epoch,
@@ -360,7 +371,10 @@ impl Replication {
                     // Lost: start over from where the follower says it is.
                     r.step(|sm| ((), sm.on_disconnected(node)));
                     blocked = true;
-                    break;
+                    continue;
+                }
+                if r.with(|sm| sm.to_send(node)).is_some() {
+                    self.outbox.mark(*key);
                 }
             }
         }
@@ -438,27 +452,33 @@ impl Replication {
                 },
             })
         });
-        let committed = match change {
+        let outcome = match change {
             Some(command) => match crate::controller::propose(&shard, vec![command]).await {
-                Ok(outcomes) => outcomes.into_iter().all(|o| o.is_ok()),
+                Ok(outcomes) if outcomes.iter().all(Result::is_ok) => Proposal::Committed,
+                Ok(_) => Proposal::Refused,
                 Err(e) => {
                     tracing::debug!(error = %e.message, "proposing an ISR change");
-                    false
+                    Proposal::Unknown
                 }
             },
-            None => false,
+            // The metadata moved past it: the replica saw that already.
+            None => Proposal::Committed,
         };
-        if !committed {
-            tracing::debug!(partition = ?key, ?isr, "an ISR change was not committed");
-            if let Some(p) = self.partition(&key)
-                && let Some(r) = &p.replicated
-            {
-                let now_ms = self.now_ms();
-                r.step(|sm| {
-                    sm.on_proposal_failed(now_ms);
-                    ((), Vec::new())
-                });
-            }
+        if outcome == Proposal::Committed {
+            return;
+        }
+        tracing::debug!(partition = ?key, ?isr, ?outcome, "an ISR change was not committed");
+        if let Some(p) = self.partition(&key)
+            && let Some(r) = &p.replicated
+        {
+            let now_ms = self.now_ms();
+            r.step(|sm| {
+                match outcome {
+                    Proposal::Refused => sm.on_proposal_refused(now_ms),
+                    _ => sm.on_proposal_failed(now_ms),
+                }
+                ((), Vec::new())
+            });
         }
     }
 

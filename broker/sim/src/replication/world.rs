@@ -717,7 +717,7 @@ impl World {
                 if self.nodes[to].proposals[partition].take().is_some() {
                     self.apply_metadata(to, metadata)?;
                     self.replica_event(to, partition, |r, _, now| {
-                        r.on_proposal_failed(now);
+                        r.on_proposal_refused(now);
                         Vec::new()
                     })?;
                 }
