@@ -192,7 +192,10 @@ async fn check(root: PathBuf, dir: PathBuf, clean: bool, last_segment: Option<Pa
         assert!(pair[0].epoch < pair[1].epoch && pair[0].start_offset < pair[1].start_offset);
     }
     if let (Some(first), Some(last)) = (epochs.first(), epochs.last()) {
-        assert!(first.start_offset >= start && last.start_offset < end, "{epochs:?}");
+        assert!(
+            first.start_offset >= start && last.start_offset < end,
+            "{epochs:?}"
+        );
     }
 
     // The recovered log takes an append at its end, in an epoch no older than its latest (a
