@@ -819,20 +819,7 @@ impl Replica {
         } else {
             match (answer, f.asked) {
                 // First step: ask about the latest epoch this log has.
-                (None, _) => match epochs.last() {
-                    None => Some(log.start),
-                    Some(latest) => {
-                        f.asked = Some(latest.epoch);
-                        actions.push(Action::Send {
-                            to: f.leader,
-                            say: Say::EpochQuery {
-                                leader_epoch: f.epoch.0,
-                                epoch: latest.epoch,
-                            },
-                        });
-                        None
-                    }
-                },
+                (None, _) => ask(f, epochs.last(), log.start, actions),
                 // The leader has no epoch this old: nothing here is known to be on it.
                 (Some((None, _)), _) => Some(log.start),
                 (Some((Some(theirs), leader_end)), _) => {
@@ -842,20 +829,8 @@ impl Replica {
                         Some(leader_end.min(local_end))
                     } else {
                         // KIP-279: ask again with this log's latest epoch older than theirs.
-                        match epochs.iter().rev().find(|e| e.epoch < theirs) {
-                            None => Some(log.start),
-                            Some(older) => {
-                                f.asked = Some(older.epoch);
-                                actions.push(Action::Send {
-                                    to: f.leader,
-                                    say: Say::EpochQuery {
-                                        leader_epoch: f.epoch.0,
-                                        epoch: older.epoch,
-                                    },
-                                });
-                                None
-                            }
-                        }
+                        let older = epochs.iter().rev().find(|e| e.epoch < theirs);
+                        ask(f, older, log.start, actions)
                     }
                 }
             }
@@ -1018,6 +993,28 @@ impl Replica {
             partition_epoch,
         });
     }
+}
+
+/// (follower) Asks the leader where `epoch` ends on it; with no epoch left to ask about, nothing
+/// in this log is known to be on the leader: the cut is at the log's start.
+fn ask(
+    f: &mut Following,
+    epoch: Option<&EpochStart>,
+    log_start: i64,
+    actions: &mut Vec<Action>,
+) -> Option<i64> {
+    let Some(epoch) = epoch else {
+        return Some(log_start);
+    };
+    f.asked = Some(epoch.epoch);
+    actions.push(Action::Send {
+        to: f.leader,
+        say: Say::EpochQuery {
+            leader_epoch: f.epoch.0,
+            epoch: epoch.epoch,
+        },
+    });
+    None
 }
 
 /// The largest epoch at most `epoch` in `epochs`, and where the epoch after it starts (`end`

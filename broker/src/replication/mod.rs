@@ -550,16 +550,22 @@ impl Replication {
             }
             Err(e) => {
                 tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "a follower append was refused");
-                self.send(
-                    from,
-                    ReplicaMessage::Stale {
-                        key,
-                        leader_epoch,
-                        follower_epoch: leader_epoch,
-                    },
-                );
+                self.not_taken(from, key, leader_epoch);
             }
         }
+    }
+
+    /// Tells the leader an append of its epoch was not taken here: it starts over from where
+    /// this replica's log is.
+    fn not_taken(&self, leader: NodeId, key: PartitionKey, leader_epoch: i32) {
+        self.send(
+            leader,
+            ReplicaMessage::Stale {
+                key,
+                leader_epoch,
+                follower_epoch: leader_epoch,
+            },
+        );
     }
 
     async fn truncate(&self, key: PartitionKey, offset: i64) {
@@ -631,14 +637,7 @@ impl ReplicaHandler for Replication {
                 if take == Take::Append {
                     let bytes: usize = batches.iter().map(Bytes::len).sum();
                     if self.follower_queued_bytes.get() + bytes > FOLLOWER_QUEUE_BYTES_MAX {
-                        self.send(
-                            from,
-                            ReplicaMessage::Stale {
-                                key,
-                                leader_epoch,
-                                follower_epoch: leader_epoch,
-                            },
-                        );
+                        self.not_taken(from, key, leader_epoch);
                         return;
                     }
                     self.follower_queued_bytes
