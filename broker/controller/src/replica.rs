@@ -250,6 +250,10 @@ struct Following {
     epoch: LeaderEpoch,
     /// It truncated where this epoch's leader diverges: it takes appends now.
     reconciled: bool,
+    /// The truncation reconciling decided is not done yet: the log's position says nothing
+    /// until then (a produce admitted while this replica still led may land meanwhile; the
+    /// truncation, which waits for it, cuts it).
+    truncating: bool,
     /// The epoch asked about, awaiting the leader's `EpochEnd`.
     asked: Option<i32>,
     /// What it last reported, so it reports only what changed.
@@ -424,6 +428,7 @@ impl Replica {
                     leader,
                     epoch: state.leader_epoch,
                     reconciled: false,
+                    truncating: false,
                     asked: None,
                     reported: None,
                     leader_high_watermark: -1,
@@ -441,7 +446,7 @@ impl Replica {
         let mut actions = Vec::new();
         match &mut self.role {
             Role::Leader(_) => self.advance_high_watermark(&mut actions, now_ms),
-            Role::Follower(f) if f.reconciled => {
+            Role::Follower(f) if f.reconciled && !f.truncating => {
                 let position = (log.end, log.written, log.durable);
                 if f.reported != Some(position) {
                     f.reported = Some(position);
@@ -460,6 +465,16 @@ impl Replica {
             _ => {}
         }
         actions
+    }
+
+    /// (follower) The truncation asked for is done: from now on the log's position is this
+    /// leader epoch's, reported to the leader.
+    pub fn on_truncated(&mut self, log: LogView, now_ms: u64) -> Vec<Action> {
+        if let Role::Follower(f) = &mut self.role {
+            f.truncating = false;
+            f.reported = None;
+        }
+        self.on_local_log(log, now_ms)
     }
 
     /// Time passed: leave followers that lag out of the ISR, probe unknown ones.
@@ -573,6 +588,9 @@ impl Replica {
                     follower_epoch: f.epoch.0,
                 },
             });
+            return (Take::Drop, actions);
+        }
+        if f.truncating {
             return (Take::Drop, actions);
         }
         if !f.reconciled {
@@ -836,25 +854,13 @@ impl Replica {
             }
         };
         if let Some(cut) = cut {
+            // Always cut, even at the end this replica knows: the log may have grown since
+            // (a produce it admitted as leader), and the cut waits for that append to finish.
             f.reconciled = true;
+            f.truncating = true;
             f.asked = None;
             f.reported = None;
-            let cut = cut.clamp(log.start, log.end);
-            if cut < log.end {
-                actions.push(Action::Truncate(cut));
-            } else {
-                let position = (log.end, log.written, log.durable);
-                f.reported = Some(position);
-                actions.push(Action::Send {
-                    to: f.leader,
-                    say: Say::Progress {
-                        leader_epoch: f.epoch.0,
-                        log_end: log.end,
-                        written: log.written,
-                        durable: log.durable,
-                    },
-                });
-            }
+            actions.push(Action::Truncate(cut.clamp(log.start, log.end)));
         }
     }
 
@@ -1215,8 +1221,11 @@ mod tests {
             }
         }
         assert_eq!(truncated, Some(5));
+        // Until the cut is done, its log's position says nothing, and it takes nothing.
+        assert!(follower.on_local_log(log(11), 1).is_empty());
+        assert_eq!(follower.on_append(A, 3, 4, 11, true, &mine).0, Take::Drop);
         // Reconciled: it reports its log and takes appends at its end.
-        let actions = follower.on_local_log(log(5), 1);
+        let actions = follower.on_truncated(log(5), 1);
         assert!(matches!(
             actions[..],
             [Action::Send {

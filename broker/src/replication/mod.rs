@@ -583,7 +583,8 @@ impl Replication {
             return;
         }
         if let Some(r) = &p.replicated {
-            r.on_local_log(&p.log, self.now_ms());
+            let now_ms = self.now_ms();
+            r.step(|sm| ((), sm.on_truncated(replicated::view(&p.log), now_ms)));
         }
     }
 }

@@ -1149,7 +1149,7 @@ impl World {
                     // Writes in flight were voided: what is left is written again.
                     self.submit_write(i, p);
                     if let Some(r) = self.nodes[i].replicas[p].as_mut() {
-                        queue.extend(r.on_local_log(view, self.now_ms));
+                        queue.extend(r.on_truncated(view, self.now_ms));
                     }
                 }
             }
