@@ -154,6 +154,8 @@ pub(crate) struct State {
     pub unsynced_since_ms: Option<u64>,
     /// Bumped by truncation, so a read that raced with one starts over.
     pub generation: u64,
+    /// The log start while truncation has its active segment out of `segments`.
+    pub start_while_cut: Option<i64>,
 }
 
 impl State {
@@ -175,8 +177,9 @@ impl State {
         self.segments
             .values()
             .next()
-            .expect("a log always has an active segment")
-            .base_offset
+            .map(|s| s.base_offset)
+            .or(self.start_while_cut)
+            .expect("a log always has an active segment, except while truncation cuts it")
     }
 }
 
@@ -1103,6 +1106,10 @@ impl Log {
         }
         let base = self.state.borrow().active().base_offset;
         self.ensure_index(base).await?;
+        // The segment is taken out of the map while it is cut (its methods await); until it is
+        // back, the log's start is still known to readers that ask (a replica's view, a fetch).
+        let start_while_cut = self.log_start_offset();
+        self.state.borrow_mut().start_while_cut = Some(start_while_cut);
         let mut segment = self
             .state
             .borrow_mut()
@@ -1140,6 +1147,7 @@ impl Log {
         {
             let mut state = self.state.borrow_mut();
             state.segments.insert(base, segment);
+            state.start_while_cut = None;
             state.writer = writer;
             state.generation += 1;
             state.unsynced_messages = 0;

@@ -107,6 +107,7 @@ impl ShardStorage {
                 unsynced_messages: 0,
                 unsynced_since_ms: None,
                 generation: 0,
+                start_while_cut: None,
             }),
             cache_key: self.cache.register(written_offset.clone()),
             end_offset: Watermark::new(end),
