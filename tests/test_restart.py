@@ -68,7 +68,11 @@ def test_acknowledged_records_survive_sigterm(own_broker: Broker, unique) -> Non
 
 
 @NOIDA_LOSES_UNSAVED_WRITES
-def test_acknowledged_records_survive_kill9_mid_stream(own_broker: Broker, unique) -> None:
+@pytest.mark.parametrize("acks", ["1", "all"])
+def test_acknowledged_records_survive_kill9_mid_stream(own_broker: Broker, unique, acks: str) -> None:
+    # Under load as real clients make it: 1 KiB records in 16 KiB batches (the Java client's
+    # batch.size), several requests in flight per connection, so the broker has writes of
+    # several requests of one partition on the device at once when it is killed.
     topic = unique("topic")
     clients.create_topic(own_broker.bootstrap, topic, PARTITIONS)
     acked: list[Record] = []
@@ -80,14 +84,19 @@ def test_acknowledged_records_survive_kill9_mid_stream(own_broker: Broker, uniqu
         else:
             failed.append(err)
 
-    prod = clients.producer(own_broker.bootstrap, **{"linger.ms": 2, "message.timeout.ms": 60_000})
+    prod = clients.producer(
+        own_broker.bootstrap,
+        acks=acks,
+        **{"linger.ms": 2, "batch.size": 16384, "max.in.flight": 5, "message.timeout.ms": 60_000},
+    )
+    padding = b"x" * 1000
     sent: set[bytes] = set()
     deadline = time.monotonic() + 60
     i = 0
     # Keep records in flight and kill the broker under them once enough have been acknowledged.
     while len(acked) < 20_000:
         assert time.monotonic() < deadline, f"only {len(acked)} acknowledged in 60 s"
-        value = b"v%d" % i
+        value = b"v%d-" % i + padding
         try:
             prod.produce(topic, key=b"k%d" % (i % 97), value=value, on_delivery=on_delivery)
             sent.add(value)

@@ -1222,9 +1222,14 @@ impl Log {
     }
 
     /// Writes appended bytes out and runs the syncs that waiters and the flush policy ask for,
-    /// one at a time, each covering everything appended before it started (group commit),
     /// until there is nothing left to do. Run by the shard's flusher ([`background`]), one task
     /// at a time per log.
+    ///
+    /// Writes overlap: what arrived while earlier writes are on the device is submitted at once,
+    /// up to `writes_in_flight_max` writes; past that, the next write waits for the oldest and
+    /// then carries everything appended meanwhile (group commit). A request waits for about
+    /// one device write, not for the round in flight and then its own. Syncs run one at a time,
+    /// each covering everything appended before it started.
     pub(crate) async fn serve(&self) {
         // The flusher let the ready appends run before it started this task.
         let mut yielded = true;
@@ -1247,7 +1252,11 @@ impl Log {
                 future::yield_now().await;
             }
             let writer = self.state.borrow().writer.clone();
-            if let Err(e) = writer.flush().await {
+            let room = writer.writes_in_flight() < self.shard.config.writes_in_flight_max.max(1);
+            if room && writer.submit_appended() {
+                continue;
+            }
+            if let Err(e) = writer.wait_oldest_written().await {
                 self.fail(e);
                 return;
             }

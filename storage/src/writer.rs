@@ -340,6 +340,35 @@ impl SegmentWriter {
         }
     }
 
+    /// Starts writing whatever is appended and not yet submitted (the tail page if it has new
+    /// bytes, or the bulk buffer's bytes), without waiting for the writes in flight: a log with
+    /// pipelined appends keeps several rounds on the device at once. Returns whether anything
+    /// was submitted.
+    pub fn submit_appended(self: &Rc<Self>) -> bool {
+        let pending = {
+            let s = self.state.borrow();
+            s.tail.as_ref().is_some_and(|t| t.dirty) || s.bulk_len > 0
+        };
+        if pending {
+            self.submit_pending();
+        }
+        pending
+    }
+
+    /// Writes submitted and not yet complete.
+    pub fn writes_in_flight(&self) -> usize {
+        self.state.borrow().in_flight.len()
+    }
+
+    /// Waits until the oldest write in flight completes (at once if none is).
+    pub async fn wait_oldest_written(&self) -> Result<(), IoFailure> {
+        let end = self.state.borrow().in_flight.front().map(|w| w.end);
+        match end {
+            Some(end) => self.wait_written(end).await,
+            None => self.error().map_or(Ok(()), Err),
+        }
+    }
+
     /// Flushes, and gives back the file's logical size. The caller trims the file to it: the
     /// reservation ahead is given back to the shard.
     pub async fn finish(self: &Rc<Self>) -> Result<u64, IoFailure> {

@@ -20,6 +20,10 @@ enum Op {
         count: i32,
         value_bytes: usize,
     },
+    /// Appends in flight together (pipelined requests): their writes overlap on the device.
+    Pipelined {
+        batches: Vec<(i32, usize)>,
+    },
     Read {
         at: f64,
         max_bytes: usize,
@@ -41,6 +45,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (1i32..20, 0usize..2000).prop_map(|(count, value_bytes)| Op::Append { count, value_bytes }),
+        2 => proptest::collection::vec((1i32..20, 0usize..2000), 2..8)
+            .prop_map(|batches| Op::Pipelined { batches }),
         3 => (0.0..1.0f64, 1usize..40_000).prop_map(|(at, max_bytes)| Op::Read { at, max_bytes }),
         1 => Just(Op::Roll),
         1 => (0.0..1.0f64).prop_map(|at| Op::Truncate { at }),
@@ -215,6 +221,27 @@ fn run_until_crash(
                     batch::assign_offsets(&mut expected, info.base_offset, 1);
                     m.batches.push(expected.freeze());
                     m.log_end_offset = info.next_offset;
+                }
+                Op::Pipelined { batches } => {
+                    // Spawned in order, so offsets follow that order (the append lock is FIFO).
+                    let mut appends = Vec::new();
+                    for &(count, value_bytes) in batches {
+                        m.seed += 1;
+                        let expected = records(count, value_bytes, m.seed);
+                        let log = log.clone();
+                        let bytes = expected.clone();
+                        appends.push((
+                            expected,
+                            glommio::spawn_local(async move { log.append(bytes, 1).await }),
+                        ));
+                    }
+                    for (mut expected, append) in appends {
+                        let info = append.await.unwrap();
+                        assert_eq!(info.base_offset, m.log_end_offset);
+                        batch::assign_offsets(&mut expected, info.base_offset, 1);
+                        m.batches.push(expected.freeze());
+                        m.log_end_offset = info.next_offset;
+                    }
                 }
                 Op::Read { at, max_bytes } => {
                     check_read(&log, &m, m.offset_at(*at), *max_bytes).await;
