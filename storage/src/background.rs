@@ -6,8 +6,9 @@
 //! to run go first, and starts serving every log on it in the same turn: the writes of all the
 //! shard's partitions go to io_uring in one submission, and each log's write carries every
 //! append that arrived meanwhile, the way group commit shares syncs. A log is served by a short
-//! task that lives while the log has work ([`Log::serve`]), so a log has at most one write or
-//! sync round in flight and an idle log has no task at all.
+//! task that lives while the log has work ([`Log::serve`]), so a log has one task however many
+//! of its writes are in flight (up to `writes_in_flight_max`), at most one sync, and an idle
+//! log has no task at all.
 //!
 //! The timer ticks every [`TICK`]: it checks the free space of the data directory, and goes
 //! over the logs that may have timed work (data older than `flush.ms`, space reserved ahead
