@@ -1,10 +1,11 @@
 //! How fast one shard appends to one log: 1 KiB records in batches of 16 KiB, 64 KiB and 1 MiB,
-//! written without syncing (one appender, `wait_written` at the end) and with group commit
-//! (many appenders, each waiting for its batch to be durable); `replicated` is `unsynced` through
+//! written without syncing (one appender, `wait_written` at the end), with group commit (many
+//! appenders, each waiting for its batch to be durable) and as acks=1 waits (`written`: many
+//! appenders, each waiting for its batch to be written); `replicated` is `unsynced` through
 //! a follower's `append_replicated` (batches a leader stamped), to compare the two paths.
 //!
 //!     cargo run --release -p storage --example append_bench -- [--dir DIR] [--bytes N]
-//!         [--appenders N] [--batches 16k,64k,1m] [--modes unsynced,durable,replicated]
+//!         [--appenders N] [--batches 16k,64k,1m] [--modes unsynced,durable,written,replicated]
 //!         [--write-buffer-bytes N] [--writes-in-flight-max N] [--preallocate-bytes N]
 //!
 //! Prints one line per run, `result mode=... batch_bytes=... mb_per_s=... cpu_pct=...`, for
@@ -29,6 +30,8 @@ enum Mode {
     Replicated,
     /// Many appenders, each waiting for its own batch to be fdatasync'd (group commit).
     Durable,
+    /// Many appenders, each waiting for its own batch to be written (acks=1's wait).
+    Written,
 }
 
 #[derive(Debug, Clone)]
@@ -112,7 +115,8 @@ async fn run(args: &Args) -> Result<(), String> {
             let appended = match run_mode {
                 Mode::Unsynced => unsynced(&log, &template, batches, false).await,
                 Mode::Replicated => unsynced(&log, &template, batches, true).await,
-                Mode::Durable => durable(&log, &template, batches, args.appenders).await,
+                Mode::Durable => waiting(&log, &template, batches, args.appenders, true).await,
+                Mode::Written => waiting(&log, &template, batches, args.appenders, false).await,
             };
             let seconds = started.elapsed().as_secs_f64();
             let cpu_seconds = cpu_ticks().saturating_sub(cpu_before) as f64 / TICKS_PER_S;
@@ -127,6 +131,7 @@ async fn run(args: &Args) -> Result<(), String> {
                     Mode::Unsynced => "unsynced",
                     Mode::Replicated => "replicated",
                     Mode::Durable => "durable",
+                    Mode::Written => "written",
                 },
                 bytes / 1e6 / seconds,
                 bytes / (1u64 << 20) as f64 / seconds,
@@ -170,13 +175,14 @@ async fn unsynced(
     Ok(batches * template.len() as u64)
 }
 
-/// `appenders` tasks share `batches` appends; each waits for its batch to be durable before
-/// appending the next. Returns the bytes appended.
-async fn durable(
+/// `appenders` tasks share `batches` appends; each waits for its batch to be durable (or just
+/// written) before appending the next. Returns the bytes appended.
+async fn waiting(
     log: &Rc<Log>,
     template: &[u8],
     batches: u64,
     appenders: usize,
+    durable: bool,
 ) -> Result<u64, String> {
     let template: Rc<[u8]> = template.into();
     let tasks: Vec<_> = (0..appenders as u64)
@@ -190,9 +196,12 @@ async fn durable(
                         .append(BytesMut::from(&template[..]), 0)
                         .await
                         .map_err(|e| e.to_string())?;
-                    log.wait_durable(info.next_offset)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let waited = if durable {
+                        log.wait_durable(info.next_offset).await
+                    } else {
+                        log.wait_written(info.next_offset).await
+                    };
+                    waited.map_err(|e| e.to_string())?;
                 }
                 Ok::<u64, String>(share * template.len() as u64)
             })
@@ -248,6 +257,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                         "unsynced" => Ok(Mode::Unsynced),
                         "replicated" => Ok(Mode::Replicated),
                         "durable" => Ok(Mode::Durable),
+                        "written" => Ok(Mode::Written),
                         other => Err(format!("--modes: unknown mode {other}")),
                     })
                     .collect::<Result<_, _>>()?;
