@@ -153,6 +153,14 @@ pub struct Settings {
     /// [default: 67108864].
     #[arg(long)]
     pub index_bytes: Option<usize>,
+    /// Writes a partition may have on the device at once; more appends meanwhile share the
+    /// next write [default: 4].
+    #[arg(long)]
+    pub writes_in_flight_max: Option<usize>,
+    /// How long a shard with nothing to do keeps polling for completions and requests before
+    /// it sleeps: waking up costs more than the poll on a busy core [default: 0].
+    #[arg(long)]
+    pub idle_poll_us: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,6 +207,8 @@ pub struct BrokerConfig {
     pub offsets_partitions: i32,
     pub group_initial_rebalance_delay: Duration,
     pub retention_check_interval: Duration,
+    /// How long an idle shard polls before it sleeps.
+    pub idle_poll: Duration,
     /// `None`: min(3, live brokers).
     pub default_replication_factor: Option<i16>,
     pub rack: Option<String>,
@@ -328,6 +338,7 @@ impl Settings {
             broker_session_timeout_ms, broker_heartbeat_interval_ms, replica_lag_time_max_ms,
             replication_listen_base_port,
             write_buffer_bytes, preallocate_bytes, min_free_bytes, index_bytes,
+            writes_in_flight_max, idle_poll_us,
         )
     }
 
@@ -444,12 +455,17 @@ impl Settings {
                     .unwrap_or(storage_defaults.preallocate_bytes),
                 min_free_bytes: self.min_free_bytes.or(storage_defaults.min_free_bytes),
                 index_bytes_max: self.index_bytes.unwrap_or(storage_defaults.index_bytes_max),
+                writes_in_flight_max: self
+                    .writes_in_flight_max
+                    .unwrap_or(storage_defaults.writes_in_flight_max)
+                    .max(1),
                 ..storage_defaults
             },
             offsets_partitions,
             group_initial_rebalance_delay: Duration::from_millis(
                 self.group_initial_rebalance_delay_ms.unwrap_or(3000),
             ),
+            idle_poll: Duration::from_micros(self.idle_poll_us.unwrap_or(0)),
             retention_check_interval: Duration::from_millis(
                 self.retention_check_interval_ms.unwrap_or(30_000).max(100),
             ),

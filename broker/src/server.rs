@@ -208,6 +208,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
         let exits = exits.clone();
         let executor = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
+            .spin_before_park(config.idle_poll)
             .spawn(move || async move {
                 let result = run_shard(
                     id,
