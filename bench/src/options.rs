@@ -42,6 +42,15 @@ pub struct Options {
     /// larger record goes alone).
     #[arg(long, default_value_t = 64 * 1024)]
     pub batch_size: usize,
+    /// The most a Produce request carries, Kafka's max.request.size: once a batch is ready, the
+    /// request to its leader takes every partition's first batch up to this, as the Java
+    /// client's does.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_request_bytes: usize,
+    /// Record bytes unsent batches may hold together, Kafka's buffer.memory: while requests are
+    /// in flight the producer goes on filling batches up to it, then waits for a slot.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub buffer_memory_bytes: usize,
     /// How long a batch that is not full may wait for more records.
     #[arg(long = "linger-ms", default_value_t = 5)]
     pub linger_ms: u64,
@@ -148,6 +157,8 @@ const RECORD_BYTES_MAX: usize = 16 << 20;
 const BATCH_BYTES_MAX: usize = 64 << 20;
 const FETCH_BYTES_MAX: usize = 256 << 20;
 const IN_FLIGHT_MAX: usize = 1024;
+const REQUEST_BYTES_MAX: usize = 256 << 20;
+const BUFFER_BYTES_MAX: usize = 16 << 30;
 /// Executors (producers and consumers, each) a run may start.
 const CONNECTIONS_MAX: usize = 4096;
 const DEFAULT_DURATION_S: f64 = 10.0;
@@ -183,6 +194,12 @@ impl Options {
         }
         if !(1..=BATCH_BYTES_MAX).contains(&self.batch_size) {
             return usage(format!("--batch-size: 1 to {BATCH_BYTES_MAX}"));
+        }
+        if !(1..=REQUEST_BYTES_MAX).contains(&self.max_request_bytes) {
+            return usage(format!("--max-request-bytes: 1 to {REQUEST_BYTES_MAX}"));
+        }
+        if !(1..=BUFFER_BYTES_MAX).contains(&self.buffer_memory_bytes) {
+            return usage(format!("--buffer-memory-bytes: 1 to {BUFFER_BYTES_MAX}"));
         }
         if !(1..=IN_FLIGHT_MAX).contains(&self.max_in_flight) {
             return usage(format!("--max-in-flight: 1 to {IN_FLIGHT_MAX}"));
@@ -317,6 +334,8 @@ mod tests {
             &["--cpuset", "x"],
             &["--acks", "2"],
             &["--max-in-flight", "0"],
+            &["--max-request-bytes", "0"],
+            &["--buffer-memory-bytes", "0"],
         ] {
             assert!(parse(args).is_err(), "{args:?} accepted");
         }

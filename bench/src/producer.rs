@@ -7,6 +7,7 @@
 //! schedule (no coordinated omission).
 
 use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use glommio::sync::{Semaphore, StaticPermit};
 use net::client::partitioner::partition_for_key;
 use net::client::{ClientError, ConnectOptions, error_name};
 use net::kafka_protocol::messages::ProduceResponse;
+use net::kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use net::kafka_protocol::protocol::StrBytes;
 use net::{ProducePartition, ProduceRequest, ProduceTopic};
 
@@ -42,6 +44,11 @@ pub struct ProduceConfig {
     pub keys: Option<u64>,
     pub producers: usize,
     pub max_in_flight: usize,
+    /// The most a request carries (Kafka's max.request.size): batches for one leader beyond it
+    /// wait for the next request.
+    pub request_bytes_max: usize,
+    /// The most record bytes unsent batches hold together (Kafka's buffer.memory).
+    pub buffer_bytes: usize,
     /// Records meant for this time or later are not produced.
     pub produce_end_ns: Option<u64>,
     pub connect: ConnectOptions,
@@ -74,15 +81,21 @@ const RECORD_OVERHEAD_BYTES_MAX: usize = 24;
 /// Without `--rate`, the clock is read once per this many records.
 const CLOCK_READ_RECORDS: u64 = 16;
 
+/// While requests are in flight, answers are let in every this many records (about 50 µs of
+/// making records).
+const ANSWERS_READ_RECORDS: u64 = 64;
+
 /// With `--rate`, the producer sleeps until this much past the next record's intended time.
 const RATE_SLICE_NS: u64 = 50_000;
 
-/// A batch being filled for one partition.
+/// A batch of one partition, being filled or waiting to be sent.
 #[derive(Debug)]
 struct Pending {
     builder: BatchBuilder,
     sent: SentBatch,
     deadline_ns: u64,
+    /// Took no more records (the next did not fit): it is ready, linger or not.
+    closed: bool,
 }
 
 /// What the answer to a batch is checked against.
@@ -119,16 +132,37 @@ struct Link {
     broken: Rc<RefCell<Option<String>>>,
 }
 
+/// The batches waiting for one leader, the way the Java client's `RecordAccumulator` keeps
+/// them: once one of them is ready (closed, or lingered out), or the buffer is full, the next
+/// request takes the first batch of every partition the leader leads, ready or not, up to
+/// `request_bytes_max`, starting where the previous request stopped (its `drainIndex`).
+#[derive(Debug, Default)]
+struct LeaderQueue {
+    /// The positions of the partitions it leads.
+    positions: Vec<usize>,
+    /// Where in `positions` the next request starts taking batches.
+    drain_index: usize,
+    /// Closed batches not yet sent.
+    closed: usize,
+    /// (position, linger deadline) of every batch opened, oldest first: the first entry whose
+    /// batch is unsent is the next deadline (entries of sent batches are dropped as they reach
+    /// the front).
+    opened: VecDeque<(usize, u64)>,
+}
+
 struct Producer<'a> {
     plan: ProducerPlan,
     config: &'a ProduceConfig,
     shared: &'a Arc<Shared>,
     links: Vec<Link>,
-    pending: Vec<Option<Pending>>,
+    /// Each partition's unsent batches, oldest first; only the last one can be open.
+    batches: Vec<VecDeque<Pending>>,
+    queues: Vec<LeaderQueue>,
+    /// Bytes of records in unsent batches, all partitions together (Kafka's buffer.memory
+    /// bounds them: a producer that reaches it sends before it makes more).
+    buffered_bytes: usize,
     /// The partition batches go to when records have no key.
     sticky: usize,
-    /// The earliest linger deadline of the pending batches.
-    next_deadline_ns: u64,
 }
 
 async fn produce(
@@ -140,18 +174,25 @@ async fn produce(
     for leader in &config.leaders {
         links.push(connect(leader, config, shared).await?);
     }
+    let mut queues: Vec<LeaderQueue> = config.leaders.iter().map(|_| LeaderQueue::default()).collect();
+    for (position, partition) in config.partitions.iter().enumerate() {
+        if let Some(queue) = queues.get_mut(partition.leader) {
+            queue.positions.push(position);
+        }
+    }
     let mut producer = Producer {
         plan,
         config,
         shared,
         links,
-        pending: config.partitions.iter().map(|_| None).collect(),
+        batches: config.partitions.iter().map(|_| VecDeque::new()).collect(),
+        queues,
+        buffered_bytes: 0,
         sticky: plan.id % config.partitions.len().max(1),
-        next_deadline_ns: u64::MAX,
     };
     let generated = producer.generate().await;
     let flushed = match generated {
-        Ok(()) => producer.flush(u64::MAX).await,
+        Ok(()) => producer.send_all().await,
         Err(e) => Err(e),
     };
     // Closing the queues lets the receivers finish what is in flight.
@@ -205,6 +246,15 @@ async fn connect(
     })
 }
 
+/// How a request waits for a pipeline slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotWait {
+    /// Only if one is free: otherwise the producer goes on filling batches.
+    IfFree,
+    /// Until one is.
+    Wait,
+}
+
 impl Producer<'_> {
     /// Generates records until the quota or the end time, sending batches as they fill or
     /// linger out.
@@ -232,6 +282,13 @@ impl Producer<'_> {
             // of the clock (reading it per record costs a tenth of the bench's time), but not
             // across a wait.
             if stale || interval_ns.is_some() || seq % CLOCK_READ_RECORDS == 0 {
+                if !stale && seq % ANSWERS_READ_RECORDS == 0 && self.awaits_answers() {
+                    // While this task fills batches, answers (which free pipeline slots) are
+                    // read only once the executor polls its ring, which it does when no task
+                    // is runnable: a short sleep lets it. (A shorter preempt timer instead
+                    // left glommio 0.9's executor parked with a reply unread.)
+                    glommio::timer::sleep(Duration::from_micros(1)).await;
+                }
                 now = clock.now_ns();
                 stale = false;
             }
@@ -239,8 +296,13 @@ impl Producer<'_> {
             if config.produce_end_ns.is_some_and(|end| intended >= end) {
                 return Ok(());
             }
-            if now >= self.next_deadline_ns {
-                self.flush(now).await?;
+            let full = self.buffered_bytes >= config.buffer_bytes;
+            let wait = if full || intended > now {
+                SlotWait::Wait
+            } else {
+                SlotWait::IfFree
+            };
+            if self.send_ready(now, wait).await? {
                 stale = true;
                 continue;
             }
@@ -250,7 +312,7 @@ impl Producer<'_> {
                 // together, each still stamped with its own intended time.
                 let wake = intended
                     .saturating_add(RATE_SLICE_NS)
-                    .min(self.next_deadline_ns);
+                    .min(self.next_deadline_ns());
                 glommio::timer::sleep(Duration::from_nanos(wake.saturating_sub(now))).await;
                 stale = true;
                 continue;
@@ -271,13 +333,14 @@ impl Producer<'_> {
                 config.record_size + key.map_or(0, <[u8]>::len) + RECORD_OVERHEAD_BYTES_MAX;
             // Like Kafka's batch.size, the limit counts the batch header: a batch of exactly
             // max.message.bytes is accepted.
-            let full = self.pending[position].as_ref().is_some_and(|p| {
-                BATCH_HEADER_BYTES + p.builder.records_bytes() + record_bytes > config.batch_size
+            let full = self.batches[position].back().is_some_and(|p| {
+                !p.closed
+                    && BATCH_HEADER_BYTES + p.builder.records_bytes() + record_bytes
+                        > config.batch_size
             });
             if full {
-                // The record is made after the wait, at its own time.
-                self.send_one(position).await?;
-                stale = true;
+                // The record goes to a new batch (or, without keys, the next partition's).
+                self.close(position);
                 continue;
             }
             let stamp = Stamp {
@@ -285,7 +348,8 @@ impl Producer<'_> {
                 sent_ns: intended,
             }
             .encode();
-            let pending = self.pending_for(position, now);
+            let pending = self.open_batch(position, now);
+            let before = pending.builder.records_bytes();
             pending
                 .builder
                 .push(
@@ -294,6 +358,7 @@ impl Producer<'_> {
                     &[&stamp[..stamp_bytes], payload],
                 )
                 .map_err(|e| ClientError::Usage(e.to_string()))?;
+            let added = pending.builder.records_bytes() - before;
             let sent = &mut pending.sent;
             sent.records += 1;
             if clock.is_measured(intended) {
@@ -302,74 +367,149 @@ impl Producer<'_> {
                     (config.record_size + key.map_or(0, <[u8]>::len)) as u64;
                 sent.measured_sent_ns.push(intended);
             }
+            self.buffered_bytes += added;
             seq += 1;
         }
     }
 
-    /// The partition's pending batch, started now if there is none.
-    fn pending_for(&mut self, position: usize, now_ns: u64) -> &mut Pending {
+    /// The partition's open batch, started now if there is none.
+    fn open_batch(&mut self, position: usize, now_ns: u64) -> &mut Pending {
         let config = self.config;
-        let deadline_ns = now_ns.saturating_add(config.linger_ns);
-        let slot = &mut self.pending[position];
-        if slot.is_none() {
-            self.next_deadline_ns = self.next_deadline_ns.min(deadline_ns);
+        let batches = &mut self.batches[position];
+        if batches.back().is_none_or(|p| p.closed) {
+            let deadline_ns = now_ns.saturating_add(config.linger_ns);
+            let leader = config.partitions[position].leader;
+            self.queues[leader].opened.push_back((position, deadline_ns));
+            batches.push_back(Pending {
+                builder: BatchBuilder::new(config.codec, config.batch_size),
+                sent: SentBatch {
+                    position,
+                    index: config.partitions[position].index,
+                    records: 0,
+                    measured_records: 0,
+                    measured_payload_bytes: 0,
+                    measured_sent_ns: Vec::new(),
+                },
+                deadline_ns,
+                closed: false,
+            });
         }
-        slot.get_or_insert_with(|| Pending {
-            builder: BatchBuilder::new(config.codec, config.batch_size),
-            sent: SentBatch {
-                position,
-                index: config.partitions[position].index,
-                records: 0,
-                measured_records: 0,
-                measured_payload_bytes: 0,
-                measured_sent_ns: Vec::new(),
-            },
-            deadline_ns,
-        })
+        let last = batches.len() - 1;
+        &mut batches[last]
     }
 
-    /// Sends one partition's batch, alone.
-    async fn send_one(&mut self, position: usize) -> Result<(), ClientError> {
-        if let Some(pending) = self.take(position) {
-            let leader = self.config.partitions[position].leader;
-            self.send(leader, vec![pending]).await?;
+    /// Closes the partition's open batch: it takes no more records and is ready to go.
+    fn close(&mut self, position: usize) {
+        if let Some(pending) = self.batches[position].back_mut().filter(|p| !p.closed) {
+            pending.closed = true;
+            self.queues[self.config.partitions[position].leader].closed += 1;
+            if position == self.sticky {
+                self.sticky = (self.sticky + 1) % self.batches.len();
+            }
         }
-        Ok(())
     }
 
-    /// Sends every batch whose linger deadline is at or before `now_ns`, one request per
-    /// leader.
-    async fn flush(&mut self, now_ns: u64) -> Result<(), ClientError> {
+    /// Whether the leader's next request should go now: a batch is closed or lingered out,
+    /// or the buffer is full.
+    fn ready(&mut self, leader: usize, now_ns: u64) -> bool {
+        let Some(oldest_ns) = self.oldest_deadline_ns(leader) else {
+            return false;
+        };
+        self.queues[leader].closed > 0
+            || oldest_ns <= now_ns
+            || self.buffered_bytes >= self.config.buffer_bytes
+    }
+
+    /// The linger deadline of the leader's oldest unsent batch, if it has any.
+    fn oldest_deadline_ns(&mut self, leader: usize) -> Option<u64> {
+        let queue = &mut self.queues[leader];
+        while let Some(&(position, deadline_ns)) = queue.opened.front() {
+            // A partition's batches go oldest first: the entry's batch is unsent as long as the
+            // partition's first is not younger.
+            let unsent = self.batches[position]
+                .front()
+                .is_some_and(|first| first.deadline_ns <= deadline_ns);
+            if unsent {
+                return Some(deadline_ns);
+            }
+            queue.opened.pop_front();
+        }
+        None
+    }
+
+    fn awaits_answers(&self) -> bool {
+        let max = self.config.max_in_flight as u64;
+        self.links.iter().any(|l| l.slots.available() < max)
+    }
+
+    fn next_deadline_ns(&mut self) -> u64 {
+        (0..self.queues.len())
+            .filter_map(|leader| self.oldest_deadline_ns(leader))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Sends a request to every leader that is ready and has a slot (`wait` says whether to
+    /// wait for one). Whether it sent any.
+    async fn send_ready(&mut self, now_ns: u64, wait: SlotWait) -> Result<bool, ClientError> {
+        let mut sent = false;
         for leader in 0..self.links.len() {
-            let due: Vec<usize> = (0..self.pending.len())
-                .filter(|&p| self.config.partitions[p].leader == leader)
-                .filter(|&p| {
-                    self.pending[p]
-                        .as_ref()
-                        .is_some_and(|b| b.deadline_ns <= now_ns)
-                })
-                .collect();
-            let batches: Vec<Pending> = due.into_iter().filter_map(|p| self.take(p)).collect();
-            if !batches.is_empty() {
+            if !self.ready(leader, now_ns) {
+                continue;
+            }
+            if wait == SlotWait::IfFree && self.links[leader].slots.available() == 0 {
+                continue;
+            }
+            let batches = self.drain(leader);
+            self.send(leader, batches).await?;
+            sent = true;
+        }
+        Ok(sent)
+    }
+
+    /// Sends every batch left, waiting for slots as it must.
+    async fn send_all(&mut self) -> Result<(), ClientError> {
+        for leader in 0..self.links.len() {
+            while self.oldest_deadline_ns(leader).is_some() {
+                let batches = self.drain(leader);
                 self.send(leader, batches).await?;
             }
         }
-        self.next_deadline_ns = self
-            .pending
-            .iter()
-            .flatten()
-            .map(|p| p.deadline_ns)
-            .min()
-            .unwrap_or(u64::MAX);
         Ok(())
     }
 
-    fn take(&mut self, position: usize) -> Option<Pending> {
-        let pending = self.pending[position].take()?;
-        if position == self.sticky {
-            self.sticky = (self.sticky + 1) % self.pending.len();
+    /// The leader's next request: the first batch of each of its partitions, from where the
+    /// previous request stopped, up to `request_bytes_max` (at least one batch).
+    fn drain(&mut self, leader: usize) -> Vec<Pending> {
+        let config = self.config;
+        let queue = &mut self.queues[leader];
+        let count = queue.positions.len();
+        let mut out = Vec::new();
+        let mut request_bytes = 0;
+        for step in 0..count {
+            let at = (queue.drain_index + step) % count;
+            let position = queue.positions[at];
+            let Some(first) = self.batches[position].front() else {
+                continue;
+            };
+            let batch_bytes = BATCH_HEADER_BYTES + first.builder.records_bytes();
+            if !out.is_empty() && request_bytes + batch_bytes > config.request_bytes_max {
+                queue.drain_index = at;
+                break;
+            }
+            let Some(pending) = self.batches[position].pop_front() else {
+                continue;
+            };
+            if pending.closed {
+                queue.closed -= 1;
+            } else if position == self.sticky {
+                self.sticky = (self.sticky + 1) % self.batches.len();
+            }
+            request_bytes += batch_bytes;
+            self.buffered_bytes -= pending.builder.records_bytes();
+            out.push(pending);
         }
-        Some(pending)
+        out
     }
 
     async fn send(&mut self, leader: usize, batches: Vec<Pending>) -> Result<(), ClientError> {
@@ -496,14 +636,16 @@ fn settle(
     shared: &Shared,
     latency: &mut LocalLatency<'_>,
 ) {
+    // A request carries a batch for each of up to thousands of partitions: one look-up each.
+    let answers: HashMap<i32, &PartitionProduceResponse> = response
+        .responses
+        .iter()
+        .filter(|t| t.name.0 == *topic)
+        .flat_map(|t| &t.partition_responses)
+        .map(|p| (p.index, p))
+        .collect();
     for batch in batches {
-        let answer = response
-            .responses
-            .iter()
-            .filter(|t| t.name.0 == *topic)
-            .flat_map(|t| &t.partition_responses)
-            .find(|p| p.index == batch.index);
-        let Some(answer) = answer else {
+        let Some(answer) = answers.get(&batch.index) else {
             shared.count_error("Produce response without the partition", batch.records);
             continue;
         };

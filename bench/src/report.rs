@@ -203,6 +203,8 @@ impl Report {
                 "warmup_s": o.warmup_s,
                 "consume_from": settings.consume_from.name(),
                 "max_in_flight": o.max_in_flight,
+                "max_request_bytes": o.max_request_bytes,
+                "buffer_memory_bytes": o.buffer_memory_bytes,
                 "fetch_max_bytes": o.fetch_max_bytes,
                 "cpuset": o.cpuset,
             },

@@ -217,6 +217,8 @@ fn produce_config(settings: &Settings, cluster: &Cluster, rng: &mut Rng) -> Prod
         keys: options.keys,
         producers: options.producers,
         max_in_flight: options.max_in_flight,
+        request_bytes_max: options.max_request_bytes,
+        buffer_bytes: options.buffer_memory_bytes,
         produce_end_ns,
         connect: cluster::connect_options(settings),
         payload: stamp::payload(options.record_size, rng).into(),
