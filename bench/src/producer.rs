@@ -174,7 +174,11 @@ async fn produce(
     for leader in &config.leaders {
         links.push(connect(leader, config, shared).await?);
     }
-    let mut queues: Vec<LeaderQueue> = config.leaders.iter().map(|_| LeaderQueue::default()).collect();
+    let mut queues: Vec<LeaderQueue> = config
+        .leaders
+        .iter()
+        .map(|_| LeaderQueue::default())
+        .collect();
     for (position, partition) in config.partitions.iter().enumerate() {
         if let Some(queue) = queues.get_mut(partition.leader) {
             queue.positions.push(position);
@@ -379,7 +383,9 @@ impl Producer<'_> {
         if batches.back().is_none_or(|p| p.closed) {
             let deadline_ns = now_ns.saturating_add(config.linger_ns);
             let leader = config.partitions[position].leader;
-            self.queues[leader].opened.push_back((position, deadline_ns));
+            self.queues[leader]
+                .opened
+                .push_back((position, deadline_ns));
             batches.push_back(Pending {
                 builder: BatchBuilder::new(config.codec, config.batch_size),
                 sent: SentBatch {
