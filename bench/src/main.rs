@@ -7,6 +7,7 @@
 //! `stamp` (the send time in each value), `stats` (counters, histograms), `progress`,
 //! `report` and `hgrm` (the outputs), `run` (executors and the main loop).
 
+mod accumulator;
 mod batch;
 mod cluster;
 mod consumer;

@@ -7,7 +7,7 @@
 //! schedule (no coordinated omission).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,8 @@ use net::kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use net::kafka_protocol::protocol::StrBytes;
 use net::{ProducePartition, ProduceRequest, ProduceTopic};
 
-use crate::batch::{BATCH_HEADER_BYTES, BatchBuilder, Codec};
+use crate::accumulator::{Accumulator, Limits, Pending, SentBatch};
+use crate::batch::Codec;
 use crate::cluster::{Leader, Partition};
 use crate::keys::KeyWriter;
 use crate::pipeline::{self, ProduceReceiver, ProduceSender};
@@ -88,29 +89,6 @@ const ANSWERS_READ_RECORDS: u64 = 64;
 /// With `--rate`, the producer sleeps until this much past the next record's intended time.
 const RATE_SLICE_NS: u64 = 50_000;
 
-/// A batch of one partition, being filled or waiting to be sent.
-#[derive(Debug)]
-struct Pending {
-    builder: BatchBuilder,
-    sent: SentBatch,
-    deadline_ns: u64,
-    /// Took no more records (the next did not fit): it is ready, linger or not.
-    closed: bool,
-}
-
-/// What the answer to a batch is checked against.
-#[derive(Debug)]
-struct SentBatch {
-    /// Position in the topic's partition list.
-    position: usize,
-    index: i32,
-    records: u64,
-    measured_records: u64,
-    measured_payload_bytes: u64,
-    /// Intended send time of each measured record.
-    measured_sent_ns: Vec<u64>,
-}
-
 /// A request awaiting its answer; its permit frees a pipeline slot when dropped.
 #[derive(Debug)]
 struct InFlight {
@@ -132,37 +110,12 @@ struct Link {
     broken: Rc<RefCell<Option<String>>>,
 }
 
-/// The batches waiting for one leader, the way the Java client's `RecordAccumulator` keeps
-/// them: once one of them is ready (closed, or lingered out), or the buffer is full, the next
-/// request takes the first batch of every partition the leader leads, ready or not, up to
-/// `request_bytes_max`, starting where the previous request stopped (its `drainIndex`).
-#[derive(Debug, Default)]
-struct LeaderQueue {
-    /// The positions of the partitions it leads.
-    positions: Vec<usize>,
-    /// Where in `positions` the next request starts taking batches.
-    drain_index: usize,
-    /// Closed batches not yet sent.
-    closed: usize,
-    /// (position, linger deadline) of every batch opened, oldest first: the first entry whose
-    /// batch is unsent is the next deadline (entries of sent batches are dropped as they reach
-    /// the front).
-    opened: VecDeque<(usize, u64)>,
-}
-
 struct Producer<'a> {
     plan: ProducerPlan,
     config: &'a ProduceConfig,
     shared: &'a Arc<Shared>,
     links: Vec<Link>,
-    /// Each partition's unsent batches, oldest first; only the last one can be open.
-    batches: Vec<VecDeque<Pending>>,
-    queues: Vec<LeaderQueue>,
-    /// Bytes of records in unsent batches, all partitions together (Kafka's buffer.memory
-    /// bounds them: a producer that reaches it sends before it makes more).
-    buffered_bytes: usize,
-    /// The partition batches go to when records have no key.
-    sticky: usize,
+    batches: Accumulator,
 }
 
 async fn produce(
@@ -174,25 +127,20 @@ async fn produce(
     for leader in &config.leaders {
         links.push(connect(leader, config, shared).await?);
     }
-    let mut queues: Vec<LeaderQueue> = config
-        .leaders
-        .iter()
-        .map(|_| LeaderQueue::default())
-        .collect();
-    for (position, partition) in config.partitions.iter().enumerate() {
-        if let Some(queue) = queues.get_mut(partition.leader) {
-            queue.positions.push(position);
-        }
-    }
+    let limits = Limits {
+        codec: config.codec,
+        batch_bytes: config.batch_size,
+        linger_ns: config.linger_ns,
+        request_bytes_max: config.request_bytes_max,
+        buffer_bytes: config.buffer_bytes,
+    };
+    let batches = Accumulator::new(&config.partitions, config.leaders.len(), limits, plan.id);
     let mut producer = Producer {
         plan,
         config,
         shared,
         links,
-        batches: config.partitions.iter().map(|_| VecDeque::new()).collect(),
-        queues,
-        buffered_bytes: 0,
-        sticky: plan.id % config.partitions.len().max(1),
+        batches,
     };
     let generated = producer.generate().await;
     let flushed = match generated {
@@ -300,8 +248,7 @@ impl Producer<'_> {
             if config.produce_end_ns.is_some_and(|end| intended >= end) {
                 return Ok(());
             }
-            let full = self.buffered_bytes >= config.buffer_bytes;
-            let wait = if full || intended > now {
+            let wait = if self.batches.is_full() || intended > now {
                 SlotWait::Wait
             } else {
                 SlotWait::IfFree
@@ -316,7 +263,7 @@ impl Producer<'_> {
                 // together, each still stamped with its own intended time.
                 let wake = intended
                     .saturating_add(RATE_SLICE_NS)
-                    .min(self.next_deadline_ns());
+                    .min(self.batches.next_deadline_ns());
                 glommio::timer::sleep(Duration::from_nanos(wake.saturating_sub(now))).await;
                 stale = true;
                 continue;
@@ -331,116 +278,41 @@ impl Producer<'_> {
             let position = match key {
                 // Kafka counts partitions in an i32; the partition found is below the count.
                 Some(key) => partition_for_key(key, config.partitions.len() as i32) as usize,
-                None => self.sticky,
+                None => self.batches.sticky(),
             };
             let record_bytes =
                 config.record_size + key.map_or(0, <[u8]>::len) + RECORD_OVERHEAD_BYTES_MAX;
-            // Like Kafka's batch.size, the limit counts the batch header: a batch of exactly
-            // max.message.bytes is accepted.
-            let full = self.batches[position].back().is_some_and(|p| {
-                !p.closed
-                    && BATCH_HEADER_BYTES + p.builder.records_bytes() + record_bytes
-                        > config.batch_size
-            });
-            if full {
-                // The record goes to a new batch (or, without keys, the next partition's).
-                self.close(position);
-                continue;
-            }
             let stamp = Stamp {
                 run_id: clock.run_id,
                 sent_ns: intended,
             }
             .encode();
-            let pending = self.open_batch(position, now);
-            let before = pending.builder.records_bytes();
-            pending
-                .builder
-                .push(
+            let measured = clock.is_measured(intended);
+            let pushed = self.batches.push(position, now, record_bytes, |pending| {
+                pending.builder.push(
                     clock.wall_ms(intended),
                     key,
                     &[&stamp[..stamp_bytes], payload],
-                )
-                .map_err(|e| ClientError::Usage(e.to_string()))?;
-            let added = pending.builder.records_bytes() - before;
-            let sent = &mut pending.sent;
-            sent.records += 1;
-            if clock.is_measured(intended) {
-                sent.measured_records += 1;
-                sent.measured_payload_bytes +=
-                    (config.record_size + key.map_or(0, <[u8]>::len)) as u64;
-                sent.measured_sent_ns.push(intended);
+                )?;
+                let sent = &mut pending.sent;
+                sent.records += 1;
+                if measured {
+                    sent.measured_records += 1;
+                    sent.measured_payload_bytes +=
+                        (config.record_size + key.map_or(0, <[u8]>::len)) as u64;
+                    sent.measured_sent_ns.push(intended);
+                }
+                Ok(())
+            });
+            match pushed {
+                Ok(true) => {}
+                // The batch was full and is closed: the record goes to a new one (or, without
+                // keys, to the next partition's).
+                Ok(false) => continue,
+                Err(e) => return Err(ClientError::Usage(e.to_string())),
             }
-            self.buffered_bytes += added;
             seq += 1;
         }
-    }
-
-    /// The partition's open batch, started now if there is none.
-    fn open_batch(&mut self, position: usize, now_ns: u64) -> &mut Pending {
-        let config = self.config;
-        let batches = &mut self.batches[position];
-        if batches.back().is_none_or(|p| p.closed) {
-            let deadline_ns = now_ns.saturating_add(config.linger_ns);
-            let leader = config.partitions[position].leader;
-            self.queues[leader]
-                .opened
-                .push_back((position, deadline_ns));
-            batches.push_back(Pending {
-                builder: BatchBuilder::new(config.codec, config.batch_size),
-                sent: SentBatch {
-                    position,
-                    index: config.partitions[position].index,
-                    records: 0,
-                    measured_records: 0,
-                    measured_payload_bytes: 0,
-                    measured_sent_ns: Vec::new(),
-                },
-                deadline_ns,
-                closed: false,
-            });
-        }
-        let last = batches.len() - 1;
-        &mut batches[last]
-    }
-
-    /// Closes the partition's open batch: it takes no more records and is ready to go.
-    fn close(&mut self, position: usize) {
-        if let Some(pending) = self.batches[position].back_mut().filter(|p| !p.closed) {
-            pending.closed = true;
-            self.queues[self.config.partitions[position].leader].closed += 1;
-            if position == self.sticky {
-                self.sticky = (self.sticky + 1) % self.batches.len();
-            }
-        }
-    }
-
-    /// Whether the leader's next request should go now: a batch is closed or lingered out,
-    /// or the buffer is full.
-    fn ready(&mut self, leader: usize, now_ns: u64) -> bool {
-        let Some(oldest_ns) = self.oldest_deadline_ns(leader) else {
-            return false;
-        };
-        self.queues[leader].closed > 0
-            || oldest_ns <= now_ns
-            || self.buffered_bytes >= self.config.buffer_bytes
-    }
-
-    /// The linger deadline of the leader's oldest unsent batch, if it has any.
-    fn oldest_deadline_ns(&mut self, leader: usize) -> Option<u64> {
-        let queue = &mut self.queues[leader];
-        while let Some(&(position, deadline_ns)) = queue.opened.front() {
-            // A partition's batches go oldest first: the entry's batch is unsent as long as the
-            // partition's first is not younger.
-            let unsent = self.batches[position]
-                .front()
-                .is_some_and(|first| first.deadline_ns <= deadline_ns);
-            if unsent {
-                return Some(deadline_ns);
-            }
-            queue.opened.pop_front();
-        }
-        None
     }
 
     fn awaits_answers(&self) -> bool {
@@ -448,25 +320,18 @@ impl Producer<'_> {
         self.links.iter().any(|l| l.slots.available() < max)
     }
 
-    fn next_deadline_ns(&mut self) -> u64 {
-        (0..self.queues.len())
-            .filter_map(|leader| self.oldest_deadline_ns(leader))
-            .min()
-            .unwrap_or(u64::MAX)
-    }
-
     /// Sends a request to every leader that is ready and has a slot (`wait` says whether to
     /// wait for one). Whether it sent any.
     async fn send_ready(&mut self, now_ns: u64, wait: SlotWait) -> Result<bool, ClientError> {
         let mut sent = false;
         for leader in 0..self.links.len() {
-            if !self.ready(leader, now_ns) {
+            if !self.batches.ready(leader, now_ns) {
                 continue;
             }
             if wait == SlotWait::IfFree && self.links[leader].slots.available() == 0 {
                 continue;
             }
-            let batches = self.drain(leader);
+            let batches = self.batches.drain(leader);
             self.send(leader, batches).await?;
             sent = true;
         }
@@ -476,46 +341,12 @@ impl Producer<'_> {
     /// Sends every batch left, waiting for slots as it must.
     async fn send_all(&mut self) -> Result<(), ClientError> {
         for leader in 0..self.links.len() {
-            while self.oldest_deadline_ns(leader).is_some() {
-                let batches = self.drain(leader);
+            while self.batches.has_batches(leader) {
+                let batches = self.batches.drain(leader);
                 self.send(leader, batches).await?;
             }
         }
         Ok(())
-    }
-
-    /// The leader's next request: the first batch of each of its partitions, from where the
-    /// previous request stopped, up to `request_bytes_max` (at least one batch).
-    fn drain(&mut self, leader: usize) -> Vec<Pending> {
-        let config = self.config;
-        let queue = &mut self.queues[leader];
-        let count = queue.positions.len();
-        let mut out = Vec::new();
-        let mut request_bytes = 0;
-        for step in 0..count {
-            let at = (queue.drain_index + step) % count;
-            let position = queue.positions[at];
-            let Some(first) = self.batches[position].front() else {
-                continue;
-            };
-            let batch_bytes = BATCH_HEADER_BYTES + first.builder.records_bytes();
-            if !out.is_empty() && request_bytes + batch_bytes > config.request_bytes_max {
-                queue.drain_index = at;
-                break;
-            }
-            let Some(pending) = self.batches[position].pop_front() else {
-                continue;
-            };
-            if pending.closed {
-                queue.closed -= 1;
-            } else if position == self.sticky {
-                self.sticky = (self.sticky + 1) % self.batches.len();
-            }
-            request_bytes += batch_bytes;
-            self.buffered_bytes -= pending.builder.records_bytes();
-            out.push(pending);
-        }
-        out
     }
 
     async fn send(&mut self, leader: usize, batches: Vec<Pending>) -> Result<(), ClientError> {
