@@ -142,3 +142,25 @@ def test_rack_and_node_id_show_in_cluster_describe(broker_factory) -> None:
     quorum = described["quorum"]
     assert quorum["leader"] == 5 and [v["node"] for v in quorum["voters"]] == [5], quorum
     assert quorum["voters"][0]["state"] == "leader", quorum
+
+
+def test_a_second_broker_on_a_port_in_use_is_refused(broker_factory, unique, tmp_path) -> None:
+    # The shards share their port (SO_REUSEPORT); without a check a second process made the same
+    # way would bind beside the first and take some of its connections.
+    broker: Broker = broker_factory()
+    topic = unique("topic")
+    clients.create_topic(broker.bootstrap, topic, 1)
+
+    result = subprocess.run(
+        [str(SPINDLE_BIN), "serve", "--listen", broker.bootstrap, "--data-dir", str(tmp_path / "other")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert f"listening on {broker.bootstrap}" in result.stderr and "in use" in result.stderr, result.stderr
+    # Every new connection still reaches the first broker, which knows the topic.
+    for _ in range(8):
+        assert topic in clients.admin(broker.bootstrap).list_topics(timeout=10).topics

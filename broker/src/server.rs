@@ -74,6 +74,11 @@ pub enum ServeError {
     Shard { shard: usize, reason: String },
     #[error("signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("listening on {addr}: {source} (is another broker listening there?)")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// A meeting point for the shards, awaited without blocking an executor (a blocked executor
@@ -154,6 +159,10 @@ impl Stops {
 
 pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     let mut config = config;
+    port_is_free(config.listen).map_err(|source| ServeError::Listen {
+        addr: config.listen,
+        source,
+    })?;
     if let Some(cluster) = &config.cluster {
         // Before anything on disk changes: a node the others refuse stops here.
         crate::cluster::preflight(
@@ -600,6 +609,20 @@ pub(crate) fn listen(addr: SocketAddr, shared: bool) -> std::io::Result<glommio:
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     Ok(adopt_listener(socket.into_raw_fd()))
+}
+
+/// Fails if something listens on `addr` already. The shards' listeners share the port
+/// (SO_REUSEPORT), and so would another process's made the same way: a second broker started
+/// on the port would silently take half of the first one's connections. A socket without
+/// SO_REUSEPORT cannot bind beside one, so it tells; it is closed before the shards bind.
+fn port_is_free(addr: SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())
 }
 
 /// glommio's own `TcpListener::bind` sets no SO_REUSEADDR (a restart could not bind while old
