@@ -57,3 +57,4 @@ pub use file::{ResolvedIoMode, resolve_io_mode};
 pub use log::{AppendInfo, Log, ShardStorage};
 pub use start_offset::DeleteRecordsError;
 pub use watermark::Watermark;
+pub use writer::RESERVE_AHEAD_FLOOR_BYTES;
