@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::IoFailure;
-use crate::file::{self, ResolvedIoMode};
+use crate::file;
 use crate::log::Log;
 use crate::segment::Segment;
 
@@ -218,20 +218,19 @@ impl LeaderEpochs {
     }
 
     /// Replaces the log directory's checkpoint with these entries, synced.
-    pub async fn save(&self, dir: &Path, mode: ResolvedIoMode) -> Result<(), IoFailure> {
-        file::write_file_atomic(&dir.join(CHECKPOINT_FILE), self.encode().as_bytes(), mode).await
+    pub async fn save(&self, dir: &Path) -> Result<(), IoFailure> {
+        file::write_file_atomic(&dir.join(CHECKPOINT_FILE), self.encode().as_bytes()).await
     }
 
     /// The epochs of a log being opened: its checkpoint (or, without a usable one, rebuilt from
-    /// the batch headers of `segments`), without entries outside `[log_start, log_end)`. Saved
-    /// again when that changed anything.
+    /// the batch headers of `segments`), without entries outside `[log_start, log_end)`, and
+    /// whether they differ from the checkpoint (the caller saves them then).
     pub async fn recover(
         dir: &Path,
-        mode: ResolvedIoMode,
         segments: &BTreeMap<i64, Segment>,
         log_start: i64,
         log_end: i64,
-    ) -> Result<LeaderEpochs, IoFailure> {
+    ) -> Result<(LeaderEpochs, bool), IoFailure> {
         let path = dir.join(CHECKPOINT_FILE);
         let loaded = match std::fs::metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -244,10 +243,7 @@ impl LeaderEpochs {
                 );
                 None
             }
-            Ok(_) => match file::read_file(&path, mode)
-                .await?
-                .map(|b| Self::decode(&b))
-            {
+            Ok(_) => match file::read_file(&path).await?.map(|b| Self::decode(&b)) {
                 Some(Ok(epochs)) => Some(epochs),
                 Some(Err(e)) => {
                     tracing::warn!(
@@ -274,10 +270,7 @@ impl LeaderEpochs {
             }
         };
         changed |= epochs.keep_within(log_start, log_end);
-        if changed {
-            epochs.save(dir, mode).await?;
-        }
-        Ok(epochs)
+        Ok((epochs, changed))
     }
 
     /// The epochs the batches of `segments` that end after `log_start` carry, from their
@@ -316,10 +309,8 @@ impl Log {
     /// Saves `epochs` as the log's checkpoint and then takes them (with the append lock held).
     /// On failure the log goes offline and keeps the epochs it had.
     pub(crate) async fn replace_epochs(&self, epochs: LeaderEpochs) -> Result<(), IoFailure> {
-        epochs
-            .save(&self.dir, self.shard.io_mode)
-            .await
-            .map_err(|e| self.fail(e))?;
+        self.leave_clean().map_err(|e| self.fail(e))?;
+        epochs.save(&self.dir).await.map_err(|e| self.fail(e))?;
         *self.epochs.borrow_mut() = epochs;
         Ok(())
     }
@@ -335,10 +326,8 @@ impl Log {
         let changed = change(&mut self.epochs.borrow_mut());
         if changed {
             let epochs = self.epochs.borrow().clone();
-            epochs
-                .save(&self.dir, self.shard.io_mode)
-                .await
-                .map_err(|e| self.fail(e))?;
+            self.leave_clean().map_err(|e| self.fail(e))?;
+            epochs.save(&self.dir).await.map_err(|e| self.fail(e))?;
         }
         Ok(())
     }

@@ -309,14 +309,23 @@ impl SegmentFile {
 
 /// Writes a small file whole and makes it durable: written to a temporary name, synced, renamed
 /// over `path`, and the directory synced, so a crash leaves either the old or the new content.
-pub async fn write_file_atomic(
-    path: &Path,
-    content: &[u8],
-    mode: ResolvedIoMode,
-) -> Result<(), IoFailure> {
+pub async fn write_file_atomic(path: &Path, content: &[u8]) -> Result<(), IoFailure> {
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
-    let file = SegmentFile::open(&tmp, mode, true).await?;
+    write_file_synced(&tmp, content).await?;
+    std::fs::rename(&tmp, path).map_err(|e| IoFailure::new("renaming", &tmp, &e))?;
+    sync_dir(path.parent().unwrap_or(Path::new("."))).await
+}
+
+/// Writes a small file whole, in place, and syncs its content (not its directory entry). Not
+/// atomic: a crash can leave it torn, so only for a file that something written after it vouches
+/// for (the clean-shutdown marker, for the active segment's index files), and that is rebuilt
+/// when missing.
+///
+/// Small files (indexes, checkpoints) go through the page cache, whatever the segments' IO mode:
+/// the next start reads them from memory instead of from the device, one file after another.
+pub async fn write_file_synced(path: &Path, content: &[u8]) -> Result<(), IoFailure> {
+    let file = SegmentFile::open(path, ResolvedIoMode::Buffered, true).await?;
     let len = align_up(content.len() as u64);
     let mut buf = file.alloc(len as usize);
     let (head, tail) = buf.as_bytes_mut().split_at_mut(content.len());
@@ -327,17 +336,17 @@ pub async fn write_file_atomic(
     }
     file.truncate(content.len() as u64).await?;
     file.fdatasync().await?;
-    file.close().await?;
-    std::fs::rename(&tmp, path).map_err(|e| IoFailure::new("renaming", &tmp, &e))?;
-    sync_dir(path.parent().unwrap_or(Path::new("."))).await
+    file.close().await
 }
 
-/// Reads a small file whole; `None` if it does not exist.
-pub async fn read_file(path: &Path, mode: ResolvedIoMode) -> Result<Option<Vec<u8>>, IoFailure> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    let file = SegmentFile::open(path, mode, false).await?;
+/// Reads a small file whole (through the page cache, see [`write_file_synced`]); `None` if it
+/// does not exist.
+pub async fn read_file(path: &Path) -> Result<Option<Vec<u8>>, IoFailure> {
+    let file = match SegmentFile::open(path, ResolvedIoMode::Buffered, false).await {
+        Ok(file) => file,
+        Err(e) if e.kind == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let size = file.size().await?;
     let len = usize::try_from(size).map_err(|_| {
         IoFailure::new(

@@ -135,6 +135,9 @@ pub struct Log {
     /// The highest offset someone waits to see durable.
     pub(crate) sync_wanted: Watermark,
     pub(crate) closed: Cell<bool>,
+    /// The clean-shutdown marker is on disk and true: nothing changed the log's files since the
+    /// clean close that wrote it ([`Log::leave_clean`] removes it first).
+    pub(crate) clean_on_disk: Cell<bool>,
     /// The stretch of a segment read ahead of the last read from disk.
     pub(crate) readahead: RefCell<Option<ReadAhead>>,
     /// Where DeleteRecords moved the start (`crate::start_offset`).
@@ -354,6 +357,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
+        self.leave_clean().map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         self.record_epochs([(leader_epoch, base_offset)]).await?;
         let mut next_offset = base_offset;
@@ -411,6 +415,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
+        self.leave_clean().map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         let mut next_offset = base_offset;
         for (header, _) in &split {
@@ -618,6 +623,7 @@ impl Log {
     /// Seals the active segment (written, synced, indexes saved) and starts a new one at the
     /// log end offset. Called with the append lock held.
     pub(crate) async fn roll(&self) -> Result<(), IoFailure> {
+        self.leave_clean()?;
         let (writer, base_offset) = {
             let state = self.state.borrow();
             (state.writer.clone(), state.active().base_offset)
@@ -658,33 +664,40 @@ impl Log {
         Ok(())
     }
 
-    /// Writes out and syncs a segment, trims its preallocated tail, and saves its indexes.
+    /// Writes out and syncs a segment, trims its preallocated tail, and saves its indexes
+    /// atomically (a sealed segment's index files are trusted whatever the marker says).
     async fn seal(&self, writer: &Rc<SegmentWriter>, base_offset: i64) -> Result<(), IoFailure> {
-        let size = writer.finish().await?;
-        writer.file().truncate(size).await?;
-        writer.file().fdatasync().await?;
-        let (offsets, times) = {
-            let mut state = self.state.borrow_mut();
-            let Some(segment) = state.segments.get_mut(&base_offset) else {
-                return Ok(());
-            };
-            debug_assert_eq!(segment.size_bytes, size, "writer and segment agree on size");
-            segment.seal_time_index();
-            (segment.offset_index.encode(), segment.time_index.encode())
+        let Some((offsets, times)) = self.finish_segment(writer, base_offset).await? else {
+            return Ok(());
         };
-        let mode = self.shard.io_mode;
+        writer.file().fdatasync().await?;
         file::write_file_atomic(
             &segment::offset_index_path(&self.dir, base_offset),
             &offsets,
-            mode,
         )
         .await?;
-        file::write_file_atomic(
-            &segment::time_index_path(&self.dir, base_offset),
-            &times,
-            mode,
-        )
-        .await
+        file::write_file_atomic(&segment::time_index_path(&self.dir, base_offset), &times).await
+    }
+
+    /// Writes out a segment and trims its preallocated tail (not synced); its indexes encoded,
+    /// (offsets, times), unless the segment is gone.
+    async fn finish_segment(
+        &self,
+        writer: &Rc<SegmentWriter>,
+        base_offset: i64,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, IoFailure> {
+        let size = writer.finish().await?;
+        writer.file().truncate(size).await?;
+        let mut state = self.state.borrow_mut();
+        let Some(segment) = state.segments.get_mut(&base_offset) else {
+            return Ok(None);
+        };
+        debug_assert_eq!(segment.size_bytes, size, "writer and segment agree on size");
+        segment.seal_time_index();
+        Ok(Some((
+            segment.offset_index.encode(),
+            segment.time_index.encode(),
+        )))
     }
 
     pub(crate) async fn create_segment_file(
@@ -1035,6 +1048,9 @@ impl Log {
 
     /// Removes the given oldest segments (with the append lock held).
     async fn delete_segments(&self, bases: &[i64], why: &str) -> Result<(), LogError> {
+        if !bases.is_empty() {
+            self.leave_clean()?;
+        }
         for &base in bases {
             let removed = self.state.borrow_mut().segments.remove(&base);
             if let Some(segment) = removed {
@@ -1087,6 +1103,7 @@ impl Log {
         if offset >= self.end_offset.get() {
             return Ok(());
         }
+        self.leave_clean()?;
         let writer = self.state.borrow().writer.clone();
         writer.finish().await.map_err(|e| self.fail(e))?;
         let target = offset.max(self.log_start_offset());
@@ -1166,7 +1183,8 @@ impl Log {
 
     /// Closes the log cleanly: everything written and synced, the active segment trimmed to
     /// its size, its indexes saved, and the clean-shutdown marker written so the next open
-    /// skips recovery.
+    /// skips recovery. A log nothing changed since it was opened after a clean close still has
+    /// all that on disk: closing it writes nothing.
     pub async fn close(&self) -> Result<(), LogError> {
         let _permit = self.append_lock.acquire().await;
         if self.closed.replace(true) {
@@ -1185,21 +1203,29 @@ impl Log {
     }
 
     async fn close_files(&self) -> Result<(), LogError> {
-        if self.state.borrow().error.is_some() {
+        if self.state.borrow().error.is_some() || self.is_clean_on_disk() {
             return Ok(());
         }
         let (writer, base) = {
             let state = self.state.borrow();
             (state.writer.clone(), state.active().base_offset)
         };
-        self.seal(&writer, base).await?;
+        if let Some((offsets, times)) = self.finish_segment(&writer, base).await? {
+            // Written in place, not replaced: the marker, written after all three are synced,
+            // is what says they hold (no marker, and recovery reads the segment instead).
+            let offsets_path = segment::offset_index_path(&self.dir, base);
+            let times_path = segment::time_index_path(&self.dir, base);
+            future::try_zip(
+                writer.file().fdatasync(),
+                future::try_zip(
+                    file::write_file_synced(&offsets_path, &offsets),
+                    file::write_file_synced(&times_path, &times),
+                ),
+            )
+            .await?;
+        }
         self.durable_offset.advance(self.end_offset.get());
-        file::write_file_atomic(
-            &self.dir.join(crate::recovery::CLEAN_SHUTDOWN_FILE),
-            b"",
-            self.shard.io_mode,
-        )
-        .await?;
+        self.write_clean_marker()?;
         Ok(())
     }
 

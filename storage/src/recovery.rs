@@ -5,7 +5,9 @@
 //! and the next segment's base offset, and their indexes load on first use
 //! ([`ShardStorage::load_sealed_segment`]), so a start costs per partition, not per byte kept.
 //! After a clean shutdown (the marker file is there) the active segment's index files are
-//! trusted and only the few batches after its last index entry are read. After an unclean stop
+//! trusted and only the few batches after its last index entry are read, and nothing is written:
+//! the marker stays until something is about to change the log's files ([`Log::leave_clean`]),
+//! so a log untouched until the next clean stop costs that stop nothing. After an unclean stop
 //! it is read whole, batch by batch with CRCs, and cut at the first batch that is torn, corrupt,
 //! or out of sequence. Sealed segments were synced with their indexes when they were sealed;
 //! one whose index files are missing or do not hold together is read whole when first used and
@@ -30,8 +32,51 @@ use crate::start_offset::StartOffset;
 use crate::watermark::Watermark;
 use crate::writer::SegmentWriter;
 
-/// Written by a clean close, removed by the next open: its presence means no recovery is needed.
+/// Written by a clean close once the active segment and its index files are synced; removed
+/// before anything changes them again. Its presence means no recovery is needed.
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+
+/// Removes the clean-shutdown marker of the log in `dir`, if it is there.
+///
+/// Not followed by a sync of the directory: a process killed after this never finds the marker
+/// again, and after a power loss a marker that came back is harmless for appends (the batches
+/// after the last index entry, which is all that was appended, are read and CRC-checked on open).
+fn remove_marker(dir: &Path) -> Result<(), IoFailure> {
+    let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(IoFailure::new("removing", &marker, &e)),
+    }
+}
+
+impl Log {
+    /// To be called before anything changes the log's files (an append, a roll, truncation,
+    /// deleted segments, a saved checkpoint): the clean-shutdown marker of the last clean close
+    /// stops being true then, so it goes first.
+    pub(crate) fn leave_clean(&self) -> Result<(), IoFailure> {
+        if self.clean_on_disk.get() {
+            remove_marker(&self.dir)?;
+            self.clean_on_disk.set(false);
+        }
+        Ok(())
+    }
+
+    /// Whether the files are as the last clean close left them, marker included: closing the
+    /// log again has nothing to write.
+    pub(crate) fn is_clean_on_disk(&self) -> bool {
+        self.clean_on_disk.get()
+    }
+
+    /// Writes the clean-shutdown marker, once everything it vouches for is synced. The marker
+    /// itself is not synced: losing it to a power cut costs a full recovery, nothing more.
+    pub(crate) fn write_clean_marker(&self) -> Result<(), IoFailure> {
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        std::fs::File::create(&marker).map_err(|e| IoFailure::new("creating", &marker, &e))?;
+        self.clean_on_disk.set(true);
+        Ok(())
+    }
+}
 
 impl ShardStorage {
     /// Opens (or creates) the log in `dir`, recovering it if it was not closed cleanly. The log
@@ -45,22 +90,25 @@ impl ShardStorage {
         std::fs::create_dir_all(dir).map_err(|e| IoFailure::new("creating", dir, &e))?;
         // glommio opens files relative to no directory (openat(-1)): paths must be absolute.
         let dir = &std::fs::canonicalize(dir).map_err(|e| IoFailure::new("resolving", dir, &e))?;
-        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = marker.exists();
-        if clean {
-            std::fs::remove_file(&marker).map_err(|e| IoFailure::new("removing", &marker, &e))?;
-        }
+        let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
+        // Whether the files still are as the marker says: a repair at open removes it first.
+        let mut clean_on_disk = clean;
         let bases = list_segments(dir)?;
         let mut segments = BTreeMap::new();
         for (i, &base) in bases.iter().enumerate() {
             let last = i + 1 == bases.len();
             let next_base = bases.get(i + 1).copied();
-            let segment = self
+            let (segment, repaired) = self
                 .open_segment(dir, base, last, clean, next_base, &config)
                 .await?;
+            clean_on_disk &= !repaired;
             segments.insert(base, segment);
         }
         if segments.is_empty() {
+            if clean {
+                remove_marker(dir)?;
+            }
+            clean_on_disk = false;
             let path = segment::log_path(dir, 0);
             let file = SegmentFile::open(&path, self.io_mode, true).await?;
             file::sync_dir(dir).await?;
@@ -72,8 +120,11 @@ impl ShardStorage {
             .expect("a log has at least one segment");
         let end = active.next_offset;
         let tail = active.read_tail().await?;
-        // What recovery read may sit only in the page cache: make it durable before saying so.
-        active.file.fdatasync().await?;
+        if !clean_on_disk {
+            // What recovery read may sit only in the page cache (or the device's): make it
+            // durable before saying so. After a clean close it was synced before the marker.
+            active.file.fdatasync().await?;
+        }
         let written_offset = Rc::new(Watermark::new(end));
         let writer = Rc::new(SegmentWriter::new(
             active.file.clone(),
@@ -83,16 +134,15 @@ impl ShardStorage {
             self.writer_limits(),
             written_offset.clone(),
         ));
-        let start = StartOffset::load(dir, self.io_mode).await?;
+        let start = StartOffset::load(dir).await?;
         let first_base = segments.keys().next().copied().unwrap_or(0);
-        let epochs = LeaderEpochs::recover(
-            dir,
-            self.io_mode,
-            &segments,
-            first_base.max(start.get()),
-            end,
-        )
-        .await?;
+        let (epochs, epochs_changed) =
+            LeaderEpochs::recover(dir, &segments, first_base.max(start.get()), end).await?;
+        if epochs_changed {
+            remove_marker(dir)?;
+            clean_on_disk = false;
+            epochs.save(dir).await?;
+        }
         let log = Rc::new_cyclic(|me| Log {
             me: me.clone(),
             slot: LogSlot::default(),
@@ -115,6 +165,7 @@ impl ShardStorage {
             durable_offset: Watermark::new(end),
             sync_wanted: Watermark::new(end),
             closed: Cell::new(false),
+            clean_on_disk: Cell::new(clean_on_disk),
             readahead: RefCell::new(None),
             start,
             epochs: RefCell::new(epochs),
@@ -122,6 +173,7 @@ impl ShardStorage {
         tracing::debug!(
             log = %dir.display(),
             clean,
+            clean_on_disk,
             log_start_offset = log.log_start_offset(),
             log_end_offset = end,
             "log opened"
@@ -137,12 +189,12 @@ impl ShardStorage {
         clean: bool,
         next_base: Option<i64>,
         config: &LogConfig,
-    ) -> Result<Segment, LogError> {
+    ) -> Result<(Segment, bool), LogError> {
         let path = segment::log_path(dir, base);
         let file = Rc::new(SegmentFile::open(&path, self.io_mode, false).await?);
         let file_bytes = file.size().await?;
         match next_base {
-            Some(next) if !last => Ok(Segment::sealed(base, file, file_bytes, next)),
+            Some(next) if !last => Ok((Segment::sealed(base, file, file_bytes, next), false)),
             _ => {
                 self.read_segment(dir, base, file, file_bytes, last, clean, next_base, config)
                     .await
@@ -158,21 +210,25 @@ impl ShardStorage {
         sealed: &Segment,
         config: &LogConfig,
     ) -> Result<Segment, LogError> {
-        self.read_segment(
-            dir,
-            sealed.base_offset,
-            sealed.file.clone(),
-            sealed.size_bytes,
-            false,
-            true,
-            Some(sealed.next_offset),
-            config,
-        )
-        .await
+        let (segment, _) = self
+            .read_segment(
+                dir,
+                sealed.base_offset,
+                sealed.file.clone(),
+                sealed.size_bytes,
+                false,
+                true,
+                Some(sealed.next_offset),
+                config,
+            )
+            .await?;
+        Ok(segment)
     }
 
     /// A segment read from disk with its indexes: the active one at open, a sealed one when
     /// first used. `trust_indexes`: the index files were saved by a clean close or a seal.
+    /// Also whether the active segment had to be repaired (cut, or its indexes rebuilt): its
+    /// files then are no longer what a clean close left, and the marker is removed first.
     #[allow(clippy::too_many_arguments)] // one private helper of the two callers above
     async fn read_segment(
         &self,
@@ -184,7 +240,7 @@ impl ShardStorage {
         trust_indexes: bool,
         next_base: Option<i64>,
         config: &LogConfig,
-    ) -> Result<Segment, LogError> {
+    ) -> Result<(Segment, bool), LogError> {
         let path = segment::log_path(dir, base);
         let mut segment = Segment::new(base, file, now_ms());
         let trusted = if !trust_indexes {
@@ -237,6 +293,10 @@ impl ShardStorage {
                 .await?;
             rebuilt = true;
         }
+        let repaired = last && (rebuilt || outcome.invalid.is_some());
+        if repaired && trust_indexes {
+            remove_marker(dir)?;
+        }
         if let Some(reason) = &outcome.invalid {
             if last {
                 tracing::warn!(
@@ -275,22 +335,19 @@ impl ShardStorage {
         }
         if !last && rebuilt {
             segment.seal_time_index();
-            let mode = self.io_mode;
             file::write_file_atomic(
                 &segment::offset_index_path(dir, base),
                 &segment.offset_index.encode(),
-                mode,
             )
             .await?;
             file::write_file_atomic(
                 &segment::time_index_path(dir, base),
                 &segment.time_index.encode(),
-                mode,
             )
             .await?;
             tracing::info!(segment = %path.display(), "rebuilt the indexes of a sealed segment");
         }
-        Ok(segment)
+        Ok((segment, repaired))
     }
 
     /// Index files of a segment, if both exist and hold together with the segment.
@@ -302,8 +359,8 @@ impl ShardStorage {
     ) -> Option<(OffsetIndex, TimeIndex)> {
         let offsets_path = segment::offset_index_path(dir, base);
         let times_path = segment::time_index_path(dir, base);
-        let offsets = file::read_file(&offsets_path, self.io_mode).await.ok()??;
-        let times = file::read_file(&times_path, self.io_mode).await.ok()??;
+        let offsets = file::read_file(&offsets_path).await.ok()??;
+        let times = file::read_file(&times_path).await.ok()??;
         let offsets = match OffsetIndex::decode(&offsets, file_bytes) {
             Ok(i) => i,
             Err(e) => {

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::path::Path;
 
 use crate::error::{IoFailure, LogError};
-use crate::file::{self, ResolvedIoMode};
+use crate::file;
 use crate::log::Log;
 
 const FILE: &str = "log-start-offset";
@@ -19,9 +19,9 @@ const FILE: &str = "log-start-offset";
 pub(crate) struct StartOffset(Cell<i64>);
 
 impl StartOffset {
-    pub(crate) async fn load(dir: &Path, mode: ResolvedIoMode) -> Result<StartOffset, LogError> {
+    pub(crate) async fn load(dir: &Path) -> Result<StartOffset, LogError> {
         let path = dir.join(FILE);
-        let Some(bytes) = file::read_file(&path, mode).await? else {
+        let Some(bytes) = file::read_file(&path).await? else {
             return Ok(StartOffset::default());
         };
         let offset = std::str::from_utf8(&bytes)
@@ -65,8 +65,9 @@ impl Log {
             });
         }
         if offset > self.log_start_offset() {
+            self.leave_clean().map_err(LogError::from)?;
             let path = self.dir.join(FILE);
-            file::write_file_atomic(&path, offset.to_string().as_bytes(), self.shard.io_mode)
+            file::write_file_atomic(&path, offset.to_string().as_bytes())
                 .await
                 .map_err(LogError::from)?;
             self.start.0.set(offset);

@@ -112,6 +112,148 @@ fn reopening_after_a_clean_close_keeps_everything() {
     });
 }
 
+/// Each file of a log directory: (inode, modification time, content).
+fn files_of(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<String, (u64, std::time::SystemTime, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            let state = (
+                meta.ino(),
+                meta.modified().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            );
+            (e.file_name().to_string_lossy().into_owned(), state)
+        })
+        .collect()
+}
+
+/// Dates every file of `dir` back (so that any later write shows in its modification time).
+fn age_files(dir: &std::path::Path) {
+    let long_ago = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(e.unwrap().path())
+            .unwrap();
+        file.set_modified(long_ago).unwrap();
+    }
+}
+
+#[test]
+fn a_log_untouched_since_a_clean_open_closes_without_writing() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        // Several segments, the active one part full: its indexes are saved by the close.
+        let written = append_batches(&log, 160, 3, 500).await;
+        assert!(log.segment_count() > 1);
+        log.close().await.unwrap();
+        let marker = dir.path().join("clean-shutdown");
+        assert!(marker.exists());
+        age_files(dir.path());
+        let before = files_of(dir.path());
+
+        // Opened, read (sealed indexes loaded too), closed: nothing changed the log.
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert!(
+            marker.exists(),
+            "a clean open leaves the marker until something changes"
+        );
+        assert_eq!(read_all(&log, 0).await, written);
+        log.close().await.unwrap();
+        assert_eq!(
+            files_of(dir.path()),
+            before,
+            "not a file written, replaced or removed"
+        );
+
+        // The next open trusts what is there.
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 480);
+        assert_eq!(read_all(&log, 0).await, written);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let mut written = append_batches(&log, 10, 3, 500).await;
+        log.close().await.unwrap();
+        let marker = dir.path().join("clean-shutdown");
+        let before = files_of(dir.path());
+        let active_index = before
+            .keys()
+            .filter(|name| name.ends_with(".index"))
+            .max()
+            .unwrap()
+            .clone();
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        written.extend(append_batches(&log, 1, 3, 500).await);
+        assert!(!marker.exists(), "gone with the first change");
+        log.close().await.unwrap();
+        assert!(marker.exists());
+        let after = files_of(dir.path());
+        assert_ne!(
+            after[&active_index].2, before[&active_index].2,
+            "the active index is saved again"
+        );
+
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 33);
+        assert_eq!(read_all(&log, 0).await, written);
+        // Truncation changes the files too.
+        log.truncate_to(30).await.unwrap();
+        assert!(!marker.exists());
+        log.close().await.unwrap();
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 30);
+        assert_eq!(read_all(&log, 0).await, written[..10]);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_crash_after_appending_to_a_cleanly_opened_log_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let (p, q) = (path.clone(), path.clone());
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let w = written.clone();
+    run(move || async move {
+        let shard = shard(&p, small_storage_config()).await;
+        let log = open(&shard, &p, small_log_config()).await;
+        let mut batches = append_batches(&log, 10, 4, 700).await;
+        log.close().await.unwrap();
+        let log = open(&shard, &p, small_log_config()).await;
+        batches.extend(append_batches(&log, 10, 4, 700).await);
+        log.wait_written(log.log_end_offset()).await.unwrap();
+        *w.lock().unwrap() = batches;
+        // The executor ends here without closing the log: a crash of the process.
+    });
+    assert!(
+        !path.join("clean-shutdown").exists(),
+        "the marker went before the appends"
+    );
+    run(move || async move {
+        let shard = shard(&q, small_storage_config()).await;
+        let log = open(&shard, &q, small_log_config()).await;
+        assert_eq!(log.log_end_offset(), 80);
+        assert_eq!(read_all(&log, 0).await, *written.lock().unwrap());
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn an_unclean_stop_keeps_every_written_batch() {
     let dir = tempfile::tempdir().unwrap();
