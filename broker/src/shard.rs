@@ -411,35 +411,25 @@ impl Shard {
         }
     }
 
-    /// Closes every log cleanly (the shard is stopping), [`CLOSING_AT_ONCE`] at a time: a
-    /// close is a few file creations and syncs, and one log after another that took 30-60 s
-    /// for 10,000 partitions, longer than a supervisor waits after SIGTERM.
+    /// Closes every log cleanly (the shard is stopping), together: their files synced by one
+    /// sync of the filesystem rather than a few syncs a log (see `storage::ShardStorage::close_logs`;
+    /// one log after another took 30-60 s for 10,000 partitions, longer than a supervisor waits
+    /// after SIGTERM).
     pub async fn close(&self) {
         // Not while metadata is being applied (it may be opening a log), and none after.
         let _turn = self.apply_lock.acquire_permit(1).await;
         self.logs_closed.set(true);
         let partitions: Vec<_> = self.owned_partitions();
         self.partitions.borrow_mut().clear();
-        for group in partitions.chunks(CLOSING_AT_ONCE) {
-            let closing: Vec<_> = group
-                .iter()
-                .map(|p| {
-                    let p = p.clone();
-                    glommio::spawn_local(async move { (p.log.close().await, p) })
-                })
-                .collect();
-            for task in closing {
-                let (closed, p) = task.await;
-                if let Err(e) = closed {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a log");
-                }
+        let logs: Vec<_> = partitions.iter().map(|p| p.log.clone()).collect();
+        let closed = self.storage.close_logs(&logs).await;
+        for (p, closed) in partitions.iter().zip(closed) {
+            if let Err(e) = closed {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a log");
             }
         }
     }
 }
-
-/// Logs a stopping shard closes together (each holds a page or two of buffers meanwhile).
-const CLOSING_AT_ONCE: usize = 256;
 
 /// Logs a shard opens together (each holds a page or two of what it reads meanwhile).
 const OPENING_AT_ONCE: usize = 256;

@@ -325,6 +325,16 @@ pub async fn write_file_atomic(path: &Path, content: &[u8]) -> Result<(), IoFail
 /// Small files (indexes, checkpoints) go through the page cache, whatever the segments' IO mode:
 /// the next start reads them from memory instead of from the device, one file after another.
 pub async fn write_file_synced(path: &Path, content: &[u8]) -> Result<(), IoFailure> {
+    write_in_place(path, content, true).await
+}
+
+/// [`write_file_synced`] without the sync, for a caller that syncs the whole filesystem after
+/// ([`sync_filesystem`]).
+pub async fn write_file_unsynced(path: &Path, content: &[u8]) -> Result<(), IoFailure> {
+    write_in_place(path, content, false).await
+}
+
+async fn write_in_place(path: &Path, content: &[u8], sync: bool) -> Result<(), IoFailure> {
     let file = SegmentFile::open(path, ResolvedIoMode::Buffered, true).await?;
     let len = align_up(content.len() as u64);
     let mut buf = file.alloc(len as usize);
@@ -335,8 +345,22 @@ pub async fn write_file_synced(path: &Path, content: &[u8]) -> Result<(), IoFail
         file.write_at(buf, len as usize, 0).await?;
     }
     file.truncate(content.len() as u64).await?;
-    file.fdatasync().await?;
+    if sync {
+        file.fdatasync().await?;
+    }
     file.close().await
+}
+
+/// Makes everything written to the filesystem that holds `dir` durable: data, inodes, and one
+/// flush of the device's cache for all of it (syncfs(2)), where a file at a time costs a flush
+/// each. Run on glommio's blocking thread: it takes as long as the filesystem has dirty data.
+pub async fn sync_filesystem(dir: &Path) -> Result<(), IoFailure> {
+    use std::os::fd::AsRawFd;
+    let handle = std::fs::File::open(dir).map_err(|e| IoFailure::new("opening", dir, &e))?;
+    glommio::executor()
+        .spawn_blocking(move || nix::unistd::syncfs(handle.as_raw_fd()))
+        .await
+        .map_err(|e| IoFailure::new("syncing the filesystem of", dir, &io::Error::from(e)))
 }
 
 /// Reads a small file whole (through the page cache, see [`write_file_synced`]); `None` if it

@@ -32,6 +32,7 @@ mod background;
 pub mod batch;
 mod budget;
 pub mod cache;
+mod close;
 pub mod config;
 mod epochs;
 pub mod error;

@@ -681,7 +681,7 @@ impl Log {
 
     /// Writes out a segment and trims its preallocated tail (not synced); its indexes encoded,
     /// (offsets, times), unless the segment is gone.
-    async fn finish_segment(
+    pub(crate) async fn finish_segment(
         &self,
         writer: &Rc<SegmentWriter>,
         base_offset: i64,
@@ -1178,54 +1178,6 @@ impl Log {
         self.change_epochs(|epochs| epochs.truncate_from_end(next))
             .await?;
         tracing::info!(log = %self.dir.display(), log_end_offset = next, "truncated");
-        Ok(())
-    }
-
-    /// Closes the log cleanly: everything written and synced, the active segment trimmed to
-    /// its size, its indexes saved, and the clean-shutdown marker written so the next open
-    /// skips recovery. A log nothing changed since it was opened after a clean close still has
-    /// all that on disk: closing it writes nothing.
-    pub async fn close(&self) -> Result<(), LogError> {
-        let _permit = self.append_lock.acquire().await;
-        if self.closed.replace(true) {
-            return Ok(());
-        }
-        self.append_lock.close();
-        self.readahead.borrow_mut().take();
-        self.shard.background.forget(self);
-        let result = self.close_files().await;
-        self.shard.cache.deregister(self.cache_key);
-        self.end_offset.close();
-        self.written_offset.close();
-        self.durable_offset.close();
-        self.sync_wanted.close();
-        result
-    }
-
-    async fn close_files(&self) -> Result<(), LogError> {
-        if self.state.borrow().error.is_some() || self.is_clean_on_disk() {
-            return Ok(());
-        }
-        let (writer, base) = {
-            let state = self.state.borrow();
-            (state.writer.clone(), state.active().base_offset)
-        };
-        if let Some((offsets, times)) = self.finish_segment(&writer, base).await? {
-            // Written in place, not replaced: the marker, written after all three are synced,
-            // is what says they hold (no marker, and recovery reads the segment instead).
-            let offsets_path = segment::offset_index_path(&self.dir, base);
-            let times_path = segment::time_index_path(&self.dir, base);
-            future::try_zip(
-                writer.file().fdatasync(),
-                future::try_zip(
-                    file::write_file_synced(&offsets_path, &offsets),
-                    file::write_file_synced(&times_path, &times),
-                ),
-            )
-            .await?;
-        }
-        self.durable_offset.advance(self.end_offset.get());
-        self.write_clean_marker()?;
         Ok(())
     }
 

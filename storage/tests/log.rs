@@ -224,6 +224,46 @@ fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
 }
 
 #[test]
+fn a_shard_closes_its_logs_together_and_each_reopens_clean() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = shard(dir.path(), small_storage_config()).await;
+        let dirs: Vec<_> = (0..3).map(|i| dir.path().join(format!("t-{i}"))).collect();
+        let mut logs = Vec::new();
+        let mut written = Vec::new();
+        for d in &dirs {
+            let log = open(&shard, d, small_log_config()).await;
+            written.push(append_batches(&log, 30, 3, 500).await);
+            logs.push(log);
+        }
+        for result in shard.close_logs(&logs).await {
+            result.unwrap();
+        }
+        assert!(logs[0].append(records(1, 1, 1), 3).await.is_err(), "closed");
+        // Again: one untouched since its clean open, one appended to, one truncated.
+        let untouched = files_of(&dirs[0]);
+        let logs = vec![
+            open(&shard, &dirs[0], small_log_config()).await,
+            open(&shard, &dirs[1], small_log_config()).await,
+            open(&shard, &dirs[2], small_log_config()).await,
+        ];
+        written[1].extend(append_batches(&logs[1], 2, 3, 500).await);
+        logs[2].truncate_to(60).await.unwrap();
+        written[2].truncate(20);
+        for result in shard.close_logs(&logs).await {
+            result.unwrap();
+        }
+        assert_eq!(files_of(&dirs[0]), untouched);
+        for (d, written) in dirs.iter().zip(&written) {
+            assert!(d.join("clean-shutdown").exists());
+            let log = open(&shard, d, small_log_config()).await;
+            assert_eq!(read_all(&log, 0).await, *written);
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
 fn a_crash_after_appending_to_a_cleanly_opened_log_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
