@@ -260,13 +260,17 @@ impl LeaderEpochs {
             Some(epochs) => (epochs, false),
             None => {
                 let epochs = Self::rebuild(segments, log_start).await?;
-                tracing::info!(
-                    log = %dir.display(),
-                    epochs = epochs.entries.len(),
-                    "rebuilt the leader epochs from the batches' headers"
-                );
-                // An empty log rebuilds to nothing at no cost: no file needed.
-                (epochs, log_end > log_start)
+                // An empty log rebuilds to nothing at no cost: no file needed, and nothing to
+                // say (a start of 10,000 partitions never written to said it 10,000 times).
+                let empty = log_end <= log_start;
+                if !empty {
+                    tracing::info!(
+                        log = %dir.display(),
+                        epochs = epochs.entries.len(),
+                        "rebuilt the leader epochs from the batches' headers"
+                    );
+                }
+                (epochs, !empty)
             }
         };
         changed |= epochs.keep_within(log_start, log_end);
