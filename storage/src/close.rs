@@ -106,11 +106,8 @@ impl Log {
                 .await?;
             }
             SyncBy::ByCaller => {
-                future::try_zip(
-                    file::write_file_unsynced(&offsets_path, &offsets),
-                    file::write_file_unsynced(&times_path, &times),
-                )
-                .await?;
+                file::write_file_unsynced(&offsets_path, &offsets)?;
+                file::write_file_unsynced(&times_path, &times)?;
             }
         }
         Ok(true)
