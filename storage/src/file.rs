@@ -345,9 +345,24 @@ pub async fn write_file_synced(path: &Path, content: &[u8]) -> Result<(), IoFail
 
 /// [`write_file_synced`] without the sync, for a caller that syncs the whole filesystem after
 /// ([`sync_filesystem`]). A few KiB into the page cache: plain blocking calls, cheaper than the
-/// io_uring round trips of an open, a write, a truncation and a close.
+/// io_uring round trips of an open, a write, a truncation and a close. Written over the old
+/// content rather than after an O_TRUNC, which frees the file's blocks only for the write to
+/// take new ones (an index only grows, so the file is rarely cut).
 pub fn write_file_unsynced(path: &Path, content: &[u8]) -> Result<(), IoFailure> {
-    std::fs::write(path, content).map_err(|e| IoFailure::new("writing", path, &e))
+    use std::io::Write;
+    let fail = |e: io::Error| IoFailure::new("writing", path, &e);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(fail)?;
+    file.write_all(content).map_err(fail)?;
+    let len = content.len() as u64;
+    if file.metadata().map_err(fail)?.len() > len {
+        file.set_len(len).map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// Makes everything written to the filesystem that holds `dir` durable: data, inodes, and one
@@ -400,4 +415,22 @@ pub fn align_up(v: u64) -> u64 {
 
 pub fn align_down(v: u64) -> u64 {
     v / ALIGNMENT * ALIGNMENT
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+    use super::*;
+
+    #[test]
+    fn an_unsynced_rewrite_leaves_exactly_the_new_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        write_file_unsynced(&path, &[7; 5000]).unwrap();
+        write_file_unsynced(&path, &[1, 2, 3]).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), [1, 2, 3]);
+        write_file_unsynced(&path, &[9; 4100]).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), [9; 4100]);
+    }
 }
