@@ -313,7 +313,7 @@ impl Log {
     /// Saves `epochs` as the log's checkpoint and then takes them (with the append lock held).
     /// On failure the log goes offline and keeps the epochs it had.
     pub(crate) async fn replace_epochs(&self, epochs: LeaderEpochs) -> Result<(), IoFailure> {
-        self.leave_clean().map_err(|e| self.fail(e))?;
+        self.leave_clean().await.map_err(|e| self.fail(e))?;
         epochs.save(&self.dir).await.map_err(|e| self.fail(e))?;
         *self.epochs.borrow_mut() = epochs;
         Ok(())
@@ -330,7 +330,7 @@ impl Log {
         let changed = change(&mut self.epochs.borrow_mut());
         if changed {
             let epochs = self.epochs.borrow().clone();
-            self.leave_clean().map_err(|e| self.fail(e))?;
+            self.leave_clean().await.map_err(|e| self.fail(e))?;
             epochs.save(&self.dir).await.map_err(|e| self.fail(e))?;
         }
         Ok(())

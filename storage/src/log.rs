@@ -357,7 +357,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
-        self.leave_clean().map_err(AppendError::Storage)?;
+        self.leave_clean().await.map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         self.record_epochs([(leader_epoch, base_offset)]).await?;
         let mut next_offset = base_offset;
@@ -415,7 +415,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
-        self.leave_clean().map_err(AppendError::Storage)?;
+        self.leave_clean().await.map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         let mut next_offset = base_offset;
         for (header, _) in &split {
@@ -623,7 +623,7 @@ impl Log {
     /// Seals the active segment (written, synced, indexes saved) and starts a new one at the
     /// log end offset. Called with the append lock held.
     pub(crate) async fn roll(&self) -> Result<(), IoFailure> {
-        self.leave_clean()?;
+        self.leave_clean().await?;
         let (writer, base_offset) = {
             let state = self.state.borrow();
             (state.writer.clone(), state.active().base_offset)
@@ -1049,7 +1049,7 @@ impl Log {
     /// Removes the given oldest segments (with the append lock held).
     async fn delete_segments(&self, bases: &[i64], why: &str) -> Result<(), LogError> {
         if !bases.is_empty() {
-            self.leave_clean()?;
+            self.leave_clean().await?;
         }
         for &base in bases {
             let removed = self.state.borrow_mut().segments.remove(&base);
@@ -1103,7 +1103,7 @@ impl Log {
         if offset >= self.end_offset.get() {
             return Ok(());
         }
-        self.leave_clean()?;
+        self.leave_clean().await?;
         let writer = self.state.borrow().writer.clone();
         writer.finish().await.map_err(|e| self.fail(e))?;
         let target = offset.max(self.log_start_offset());

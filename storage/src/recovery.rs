@@ -53,10 +53,14 @@ fn remove_marker(dir: &Path) -> Result<(), IoFailure> {
 impl Log {
     /// To be called before anything changes the log's files (an append, a roll, truncation,
     /// deleted segments, a saved checkpoint): the clean-shutdown marker of the last clean close
-    /// stops being true then, so it goes first.
-    pub(crate) fn leave_clean(&self) -> Result<(), IoFailure> {
+    /// stops being true then, so it goes first, and durably: a marker that came back after a
+    /// power cut would vouch for index files the change then rewrote in place. One directory
+    /// sync per log, at its first change after a clean open.
+    pub(crate) async fn leave_clean(&self) -> Result<(), IoFailure> {
         if self.clean_on_disk.get() {
             remove_marker(&self.dir)?;
+            file::sync_dir(&self.dir).await?;
+            // Only now: a concurrent change must not go ahead of the sync.
             self.clean_on_disk.set(false);
         }
         Ok(())

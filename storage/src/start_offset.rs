@@ -65,7 +65,7 @@ impl Log {
             });
         }
         if offset > self.log_start_offset() {
-            self.leave_clean().map_err(LogError::from)?;
+            self.leave_clean().await.map_err(LogError::from)?;
             let path = self.dir.join(FILE);
             file::write_file_atomic(&path, offset.to_string().as_bytes())
                 .await
