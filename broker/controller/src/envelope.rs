@@ -66,6 +66,8 @@ pub struct HeartbeatReply {
     pub fenced: bool,
     /// The metadata snapshot (`model::snapshot`), when the broker is behind.
     pub metadata: Option<Bytes>,
+    /// The active controller's metadata version when it answered (0 from any other node).
+    pub metadata_version: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -162,6 +164,7 @@ pub fn encode(from: NodeId, frame: &Frame) -> Vec<u8> {
                 refused,
                 fenced: r.fenced,
                 metadata,
+                metadata_version: r.metadata_version,
             };
             let t = fb::HeartbeatReply::create(&mut b, &args);
             (fb::Body::HeartbeatReply, t.as_union_value())
@@ -303,6 +306,7 @@ pub fn decode(bytes: &[u8], frame_bytes_max: usize) -> Result<(NodeId, Frame), F
             refused: r.refused().map(str::to_owned),
             fenced: r.fenced(),
             metadata: r.metadata().map(|m| Bytes::copy_from_slice(m.bytes())),
+            metadata_version: r.metadata_version(),
         })
     } else if let Some(p) = e.body_as_propose() {
         let commands = p
@@ -402,6 +406,7 @@ mod tests {
                 refused: None,
                 fenced: false,
                 metadata: Some(Bytes::from_static(b"m")),
+                metadata_version: 13,
             }),
             Frame::Propose {
                 id: 4,

@@ -171,6 +171,7 @@ fn cluster_seeds() -> Vec<(&'static str, Frame)> {
                 refused: None,
                 fenced: false,
                 metadata: Some(Bytes::from_static(b"metadata snapshot")),
+                metadata_version: 14,
             }),
         ),
         (

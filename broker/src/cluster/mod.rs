@@ -137,7 +137,9 @@ pub struct Cluster {
     decisions: glommio::sync::Semaphore,
     /// Welcome peers' open inbound connections: (incarnation, count) by node.
     inbound: RefCell<HashMap<NodeId, (u64, usize)>>,
-    registered: Cell<bool>,
+    /// The active controller's metadata version when it first took this node's heartbeat:
+    /// this node serves clients once it has applied that much (see [`Cluster::registered`]).
+    registered_at: Cell<Option<u64>>,
     shutting_down: Cell<bool>,
     /// Why this node must stop (a peer refused it, or its disk failed).
     fatal: RefCell<Option<String>>,
@@ -228,7 +230,7 @@ impl Cluster {
             fencing: RefCell::new(BTreeSet::new()),
             decisions: glommio::sync::Semaphore::new(1),
             inbound: RefCell::new(HashMap::new()),
-            registered: Cell::new(false),
+            registered_at: Cell::new(None),
             shutting_down: Cell::new(false),
             fatal: RefCell::new(None),
             config: cluster,
@@ -283,19 +285,22 @@ impl Cluster {
     }
 
     /// Waits until this node is registered with the active controller and its shards have
-    /// applied metadata that shows it, or until it must stop.
+    /// applied metadata that shows it, at least as new as the controller's when it took the
+    /// registration, or until it must stop. A restarted node's own log may still show an older
+    /// registration of it, unfenced, and leaderships that moved while it was down: serving
+    /// with those, it would answer for partitions and groups it no longer leads.
     pub async fn registered(&self) -> Result<(), String> {
         loop {
             if let Some(why) = self.fatal() {
                 return Err(why);
             }
-            let shown = self
-                .applied
-                .borrow()
-                .brokers
-                .get(&self.me)
-                .is_some_and(|b| !b.fenced);
-            if self.registered.get() && shown {
+            let applied = self.applied.borrow().clone();
+            let shown = applied.brokers.get(&self.me).is_some_and(|b| !b.fenced);
+            let caught_up = self
+                .registered_at
+                .get()
+                .is_some_and(|version| applied.version >= version);
+            if caught_up && shown {
                 let version = self.applied.borrow().version;
                 self.wait_published(version).await;
                 return Ok(());
@@ -804,7 +809,8 @@ impl Cluster {
                     .await;
             }
         }
-        if !self.voters.contains(&node) && h.metadata_version < self.applied.borrow().version {
+        reply.metadata_version = self.applied.borrow().version;
+        if !self.voters.contains(&node) && h.metadata_version < reply.metadata_version {
             reply.metadata = Some(self.metadata_bytes());
         }
         reply
@@ -888,9 +894,11 @@ impl Cluster {
             }
             let reply = self.heartbeat(false, &mut turn).await;
             tracing::trace!(?reply, "heartbeat");
-            let accepted = reply.is_some_and(|r| r.accepted);
-            if accepted {
-                self.registered.set(true);
+            let accepted = reply.as_ref().is_some_and(|r| r.accepted);
+            if let Some(r) = reply.as_ref().filter(|r| r.accepted)
+                && self.registered_at.get().is_none()
+            {
+                self.registered_at.set(Some(r.metadata_version));
             }
             let pause = if accepted {
                 interval

@@ -24,6 +24,7 @@ impl<'a> HeartbeatReply<'a> {
   pub const VT_REFUSED: ::flatbuffers::VOffsetT = 10;
   pub const VT_FENCED: ::flatbuffers::VOffsetT = 12;
   pub const VT_METADATA: ::flatbuffers::VOffsetT = 14;
+  pub const VT_METADATA_VERSION: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -35,6 +36,7 @@ impl<'a> HeartbeatReply<'a> {
     args: &'args HeartbeatReplyArgs<'args>
   ) -> ::flatbuffers::WIPOffset<HeartbeatReply<'bldr>> {
     let mut builder = HeartbeatReplyBuilder::new(_fbb);
+    builder.add_metadata_version(args.metadata_version);
     builder.add_id(args.id);
     if let Some(x) = args.metadata { builder.add_metadata(x); }
     if let Some(x) = args.refused { builder.add_refused(x); }
@@ -87,6 +89,13 @@ impl<'a> HeartbeatReply<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(HeartbeatReply::VT_METADATA, None)}
   }
+  #[inline]
+  pub fn metadata_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(HeartbeatReply::VT_METADATA_VERSION, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for HeartbeatReply<'_> {
@@ -101,6 +110,7 @@ impl ::flatbuffers::Verifiable for HeartbeatReply<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("refused", Self::VT_REFUSED, false)?
      .visit_field::<bool>("fenced", Self::VT_FENCED, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("metadata", Self::VT_METADATA, false)?
+     .visit_field::<u64>("metadata_version", Self::VT_METADATA_VERSION, false)?
      .finish();
     Ok(())
   }
@@ -112,6 +122,7 @@ pub struct HeartbeatReplyArgs<'a> {
     pub refused: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub fenced: bool,
     pub metadata: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+    pub metadata_version: u64,
 }
 impl<'a> Default for HeartbeatReplyArgs<'a> {
   #[inline]
@@ -123,6 +134,7 @@ impl<'a> Default for HeartbeatReplyArgs<'a> {
       refused: None,
       fenced: false,
       metadata: None,
+      metadata_version: 0,
     }
   }
 }
@@ -157,6 +169,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HeartbeatReplyBuilder<'a, 'b,
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(HeartbeatReply::VT_METADATA, metadata);
   }
   #[inline]
+  pub fn add_metadata_version(&mut self, metadata_version: u64) {
+    self.fbb_.push_slot::<u64>(HeartbeatReply::VT_METADATA_VERSION, metadata_version, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> HeartbeatReplyBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     HeartbeatReplyBuilder {
@@ -180,6 +196,7 @@ impl ::core::fmt::Debug for HeartbeatReply<'_> {
       ds.field("refused", &self.refused());
       ds.field("fenced", &self.fenced());
       ds.field("metadata", &self.metadata());
+      ds.field("metadata_version", &self.metadata_version());
       ds.finish()
   }
 }
