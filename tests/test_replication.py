@@ -173,19 +173,38 @@ def high_watermark(node: ClusterNode, topic: str, partition: int) -> int:
 
 @contextmanager
 def sigstopped(*nodes: ClusterNode) -> Iterator[None]:
-    """The nodes' processes stopped (SIGSTOP) inside, continued (SIGCONT) after, whatever happens."""
+    """The nodes' processes stopped (SIGSTOP) inside, continued (SIGCONT) after, whatever happens.
+    Inside, every thread of each process is stopped: kill() returns before that (the thread the
+    kernel picks to take the signal may wait for a CPU while the others still run), and a
+    request sent in that moment would be served."""
     stopped = []
     try:
         for node in nodes:
             assert node.process is not None and node.alive()
             node.process.send_signal(signal.SIGSTOP)
             stopped.append(node)
+        for node in nodes:
+            assert node.process is not None
+            pid = node.process.pid
+            eventually(f"every thread of {node.name} stopped", lambda p=pid: all_threads_stopped(p) or None, 10.0)
         yield
     finally:
         for node in stopped:
             if node.alive():
                 assert node.process is not None
                 node.process.send_signal(signal.SIGCONT)
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether /proc shows every thread of `pid` stopped (state T)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            # The state follows the command name, which is in parentheses and may hold spaces.
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            return False
+    return bool(states) and all(s in ("T", "t") for s in states)
 
 
 # Segment files.
