@@ -303,13 +303,23 @@ impl ShardStorage {
         }
         if let Some(reason) = &outcome.invalid {
             if last {
-                tracing::warn!(
-                    segment = %path.display(),
-                    log_end_offset = segment.next_offset,
-                    cut_bytes = outcome.trailing_bytes,
-                    reason = %reason,
-                    "recovery cut the log after its last whole, valid batch"
-                );
+                if outcome.unwritten {
+                    // What every unclean stop leaves (one line per log would be thousands).
+                    tracing::debug!(
+                        segment = %path.display(),
+                        log_end_offset = segment.next_offset,
+                        cut_bytes = outcome.trailing_bytes,
+                        "recovery gave back the space reserved after the last batch"
+                    );
+                } else {
+                    tracing::warn!(
+                        segment = %path.display(),
+                        log_end_offset = segment.next_offset,
+                        cut_bytes = outcome.trailing_bytes,
+                        reason = %reason,
+                        "recovery cut the log after its last whole, valid batch"
+                    );
+                }
                 segment.file.truncate(segment.size_bytes).await?;
             } else {
                 // A sealed segment was synced whole when it was sealed: damage here is

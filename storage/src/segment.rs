@@ -84,6 +84,9 @@ pub struct ScanOutcome {
     pub invalid: Option<String>,
     /// Bytes after the last valid batch.
     pub trailing_bytes: u64,
+    /// The scan stopped at a header of zeros: space reserved ahead and never written, which
+    /// any unclean stop leaves after the last write (not a torn or damaged batch).
+    pub unwritten: bool,
 }
 
 impl Segment {
@@ -311,11 +314,13 @@ impl Segment {
                 return Ok(ScanOutcome {
                     invalid: None,
                     trailing_bytes: 0,
+                    unwritten: false,
                 });
             }
             let stop = |reason: String| ScanOutcome {
                 invalid: Some(reason),
                 trailing_bytes: left,
+                unwritten: false,
             };
             if left < HEADER_BYTES as u64 {
                 return Ok(stop(format!(
@@ -330,12 +335,21 @@ impl Segment {
             }
             let header = match BatchHeader::parse(&window[at..]) {
                 Ok(h) => h,
-                Err(e) => return Ok(stop(e.to_string())),
+                Err(e) => {
+                    let zeros = window
+                        .get(at..at + HEADER_BYTES)
+                        .is_some_and(|h| h.iter().all(|&b| b == 0));
+                    return Ok(ScanOutcome {
+                        unwritten: zeros,
+                        ..stop(e.to_string())
+                    });
+                }
             };
             if header.last_offset() >= stop_at {
                 return Ok(ScanOutcome {
                     invalid: None,
                     trailing_bytes: left,
+                    unwritten: false,
                 });
             }
             let size = header.size_bytes();
