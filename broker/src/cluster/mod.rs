@@ -301,8 +301,7 @@ impl Cluster {
                 .get()
                 .is_some_and(|version| applied.version >= version);
             if caught_up && shown {
-                let version = self.applied.borrow().version;
-                self.wait_published(version).await;
+                self.wait_published(applied.version).await;
                 return Ok(());
             }
             glommio::timer::sleep(Duration::from_millis(20)).await;
@@ -894,13 +893,13 @@ impl Cluster {
             }
             let reply = self.heartbeat(false, &mut turn).await;
             tracing::trace!(?reply, "heartbeat");
-            let accepted = reply.as_ref().is_some_and(|r| r.accepted);
-            if let Some(r) = reply.as_ref().filter(|r| r.accepted)
+            let accepted = reply.filter(|r| r.accepted);
+            if let Some(r) = &accepted
                 && self.registered_at.get().is_none()
             {
                 self.registered_at.set(Some(r.metadata_version));
             }
-            let pause = if accepted {
+            let pause = if accepted.is_some() {
                 interval
             } else {
                 Duration::from_millis(100)
