@@ -195,6 +195,11 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
         Some(cluster) => open_cluster_dir(&config, cluster)?,
     };
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
+    let open_files_max = raise_open_files_limit();
+    // A quarter of the process's descriptors for page-cache writers (one per partition writing
+    // small batches), shared out by shard: the rest are for segments and connections.
+    config.storage.page_cache_files_max =
+        usize::try_from(open_files_max / 4).unwrap_or(usize::MAX) / shards.max(1);
     tracing::info!(
         listen = %config.listen,
         data_dir = %data_dir.display(),
@@ -203,6 +208,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
         topics = metadata.visible_topics().count(),
         io = ?io_mode,
         durability = ?config.durability,
+        open_files_max,
         "starting"
     );
     let config = Arc::new(config);
@@ -359,6 +365,22 @@ fn open_cluster_dir(
 }
 
 /// Holds an exclusive lock on the data directory for as long as the returned file lives.
+/// Raises the soft limit of open files to the hard limit, as far as the kernel allows, and
+/// returns the limit: segments, connections and page-cache writers are all files, and a broker
+/// of thousands of partitions needs thousands (Kafka's guide asks for 100,000).
+fn raise_open_files_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    // An unlimited hard limit is still bounded by fs.nr_open (1,048,576 by default).
+    let want = hard.min(1 << 20);
+    if want > soft && setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok() {
+        return want;
+    }
+    soft
+}
+
 fn lock(data_dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
     let path = data_dir.join(".lock");

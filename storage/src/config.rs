@@ -94,6 +94,12 @@ pub struct StorageConfig {
     pub read_bytes_max: usize,
     /// Memory for reading ahead of sequential readers, per shard (0 turns read-ahead off).
     pub readahead_bytes_max: usize,
+    /// Writes of at most this many bytes (whole pages: a partition's flush of a record or two)
+    /// go through the page cache instead of straight to the device; 0: every write is direct.
+    pub page_cache_write_max_bytes: usize,
+    /// File descriptors the shard's writers may hold for those writes, one per writing
+    /// partition (given back when it idles); a writer beyond them writes directly.
+    pub page_cache_files_max: usize,
 }
 
 impl Default for StorageConfig {
@@ -108,6 +114,8 @@ impl Default for StorageConfig {
             index_bytes_max: 64 << 20,
             read_bytes_max: 64 << 20,
             readahead_bytes_max: 64 << 20,
+            page_cache_write_max_bytes: 16 << 10,
+            page_cache_files_max: 1024,
         }
     }
 }

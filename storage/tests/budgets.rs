@@ -100,6 +100,48 @@ fn many_writing_partitions_share_the_budgets_and_idle_ones_give_them_back() {
 }
 
 #[test]
+fn small_writes_share_the_page_cache_descriptors_and_idle_writers_give_them_back() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig {
+            page_cache_files_max: 3,
+            ..budgets()
+        };
+        let shard = shard(dir.path(), config).await;
+        let mut logs = Vec::new();
+        for i in 0..8 {
+            logs.push(open(&shard, &dir.path().join(format!("p-{i}")), big_segments()).await);
+        }
+        for round in 0..10 {
+            for log in &logs {
+                // A record or two at a time: each flush is a page or so.
+                let info = log.append(records(2, 300, round), 0).await.unwrap();
+                log.wait_written(info.next_offset).await.unwrap();
+                assert!(shard.page_cache_files_used() <= 3, "within the budget");
+            }
+        }
+        assert_eq!(
+            shard.page_cache_files_used(),
+            3,
+            "the first three writers hold one each; the others wrote directly"
+        );
+        glommio::timer::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            shard.page_cache_files_used(),
+            0,
+            "idle writers give them back"
+        );
+        for log in &logs {
+            assert_eq!(read_all(log, 0).await.len(), 10);
+            log.close().await.unwrap();
+            let log = open(&shard, log.dir(), big_segments()).await;
+            assert_eq!(read_all(&log, 0).await.len(), 10, "all of it in the file");
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
 fn a_fast_writer_reserves_more_ahead_than_a_slow_one_and_never_extends_its_file() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();

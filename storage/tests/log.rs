@@ -731,3 +731,46 @@ fn shard_cache_stays_within_budget_and_drops_closed_logs() {
 }
 
 use futures_lite::StreamExt;
+
+/// A batch whose end fills the tail page exactly: the page's write starts inside the append
+/// (and, through the page cache, is done there too), and must still count the batch as written.
+fn a_batch_that_ends_at_a_page_end_is_written(page_cache_write_max_bytes: usize) {
+    run(move || async move {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig {
+            page_cache_write_max_bytes,
+            ..small_storage_config()
+        };
+        let shard = shard(dir.path(), config).await;
+        let log = open(&shard, dir.path(), small_log_config()).await;
+        let first = log.append(records(1, 100, 1), 0).await.unwrap();
+        log.wait_written(first.next_offset).await.unwrap();
+        let rest = 4096 - log.size_bytes() as usize;
+        let value_bytes = (0..4096)
+            .find(|&v| records(1, v, 2).len() == rest)
+            .expect("a one-record batch of every size from its header's up");
+        let info = log.append(records(1, value_bytes, 2), 0).await.unwrap();
+        assert_eq!(log.size_bytes(), 4096, "the tail page is full");
+        let written = futures_lite::future::or(
+            async { log.wait_written(info.next_offset).await.map(|()| true) },
+            async {
+                glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+                Ok(false)
+            },
+        )
+        .await
+        .unwrap();
+        assert!(written, "the batch that filled the page is written");
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_batch_that_ends_at_a_page_end_is_written_through_the_page_cache() {
+    a_batch_that_ends_at_a_page_end_is_written(16 << 10);
+}
+
+#[test]
+fn a_batch_that_ends_at_a_page_end_is_written_directly() {
+    a_batch_that_ends_at_a_page_end_is_written(0);
+}

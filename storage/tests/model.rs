@@ -108,8 +108,11 @@ fn log_config() -> LogConfig {
 
 /// `index_bytes`: the shard's budget for sealed segments' indexes; a small one makes reads,
 /// retention and truncation load them again and again.
-fn storage_config(index_bytes: usize) -> StorageConfig {
+/// `page_cache_bytes`: writes up to this go through the page cache (0: none; one page: only
+/// tail-page rewrites; two pages: a mix of both kinds over fresh pages).
+fn storage_config(index_bytes: usize, page_cache_bytes: usize) -> StorageConfig {
     StorageConfig {
+        page_cache_write_max_bytes: page_cache_bytes,
         write_buffer_bytes: 16 << 10,
         writes_in_flight_max: 2,
         preallocate_bytes: 64 << 10,
@@ -184,11 +187,12 @@ fn run_until_crash(
     from: usize,
     model: Arc<Mutex<Model>>,
     index_bytes: usize,
+    page_cache_bytes: usize,
 ) -> usize {
     let result = Arc::new(Mutex::new(ops.len()));
     let r = result.clone();
     run(move || async move {
-        let shard = shard(&dir, storage_config(index_bytes)).await;
+        let shard = shard(&dir, storage_config(index_bytes, page_cache_bytes)).await;
         let mut log = open(&shard, &dir, log_config()).await;
         assert_eq!(
             shard.index_used_bytes(),
@@ -313,6 +317,7 @@ proptest! {
     fn log_agrees_with_a_model(
         ops in proptest::collection::vec(op(), 1..60),
         index_bytes in prop_oneof![Just(0usize), Just(256), Just(1 << 20)],
+        page_cache_bytes in prop_oneof![Just(0usize), Just(4096), Just(8192)],
     ) {
         let dir = tempfile::tempdir().unwrap();
         let ops = Arc::new(ops);
@@ -325,6 +330,7 @@ proptest! {
                 from,
                 model.clone(),
                 index_bytes,
+                page_cache_bytes,
             );
         }
     }
