@@ -217,9 +217,21 @@ impl LeaderEpochs {
         Ok(epochs)
     }
 
-    /// Replaces the log directory's checkpoint with these entries, synced.
+    /// Replaces the log directory's checkpoint with these entries, synced. The first one a
+    /// directory gets is written without a sync: until it is on disk whole, recovery finds no
+    /// checkpoint or one that does not hold together (its count comes before its entries), and
+    /// rebuilds the epochs from the batches, which is right whatever reached the disk. So a new
+    /// partition's first append waits for no sync (10,000 of them at once, each an fsync of the
+    /// file and one of its directory, kept a shard from appending for seconds).
     pub async fn save(&self, dir: &Path) -> Result<(), IoFailure> {
-        file::write_file_atomic(&dir.join(CHECKPOINT_FILE), self.encode().as_bytes()).await
+        let path = dir.join(CHECKPOINT_FILE);
+        let content = self.encode();
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                file::write_file_unsynced(&path, content.as_bytes())
+            }
+            _ => file::write_file_atomic(&path, content.as_bytes()).await,
+        }
     }
 
     /// The epochs of a log being opened: its checkpoint (or, without a usable one, rebuilt from
