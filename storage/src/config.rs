@@ -74,7 +74,7 @@ pub enum IoMode {
 pub struct StorageConfig {
     pub io_mode: IoMode,
     /// Memory for the shard's aligned write buffers together. Each writing partition's buffer
-    /// follows what it is sent between flushes, from 32 KiB up to 1 MiB (or this budget).
+    /// follows what it is sent between flushes, from a page up to 1 MiB (or this budget).
     pub write_buffer_bytes: usize,
     /// Writes a partition may have in flight before appends wait (write-behind depth).
     pub writes_in_flight_max: usize,

@@ -35,7 +35,7 @@
 //!
 //! What a writer holds follows its partition's write rate, within the shard's budgets:
 //! - its bulk buffer is sized by what arrived between the last flushes (doubling while buffers
-//!   fill before anyone waits), from 32 KiB to 1 MiB, memory taken from the shard's write-buffer
+//!   fill before anyone waits), from a page to 1 MiB, memory taken from the shard's write-buffer
 //!   budget and given back when the write completes;
 //! - the disk space it reserves ahead (fallocate) is about a second of its own writes, at most
 //!   64 MiB, taken from the shard's reservation budget. With the budget spent it reserves what
@@ -55,8 +55,11 @@ use crate::watermark::{Reached, Watermark};
 
 const PAGE_BYTES: usize = ALIGNMENT as usize;
 
-/// Bulk buffers are at least this (unless the shard's whole budget is smaller) ...
-const BUFFER_MIN_BYTES: usize = 32 << 10;
+/// Bulk buffers are at least this (unless the shard's whole budget is smaller): a page, what a
+/// partition sent a record at a time fills between flushes. 32 KiB each made 10,000 such
+/// partitions hold more than the shard's IO memory, and the rest came from the heap as fresh
+/// pages to zero ...
+const BUFFER_MIN_BYTES: usize = 4 << 10;
 /// ... and at most this: larger writes gained nothing on the disks measured.
 const BUFFER_MAX_BYTES: usize = 1 << 20;
 /// Space is reserved ahead for about this long at the writer's recent rate ...
