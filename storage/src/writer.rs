@@ -558,7 +558,6 @@ impl SegmentWriter {
         done: Rc<Watermark>,
     ) {
         let padded = align_up(len as u64);
-        self.reserve_space(pos + padded);
         let mut s = self.state.borrow_mut();
         s.in_flight.push_back(InFlight {
             end: pos + len as u64,
@@ -566,18 +565,22 @@ impl SegmentWriter {
         });
         s.last_submit = Instant::now();
         drop(s);
-        // A small write whose page has no write in flight: into the page cache, done now.
+        // A small write whose page has no write in flight: into the page cache, done now. It
+        // reserves nothing: the file grows with it (ext4 allocates its blocks at write-back),
+        // and direct writes reserve from past it.
         let small = padded as usize <= self.limits.page_cache_write_max_bytes
             && depends_on.as_ref().is_none_or(|prev| prev.get() >= 1);
         if small {
             let data = &buf.buf.as_bytes()[..padded as usize];
             if let Some(result) = self.write_through_page_cache(data, pos) {
                 drop(buf);
+                self.grown_to(pos + padded);
                 done.advance(1);
                 self.complete(result);
                 return;
             }
         }
+        self.reserve_space(pos + padded);
         let this = self.clone();
         glommio::spawn_local(async move {
             if let Some(prev) = depends_on {
@@ -609,6 +612,15 @@ impl SegmentWriter {
         }
         let (writer, _) = page_cache.as_ref()?;
         Some(writer.write_at(data, pos, self.file.path()))
+    }
+
+    /// After a write through the page cache that reached `end`: the file is at least that long,
+    /// and what was reserved ahead is that much less.
+    fn grown_to(&self, end: u64) {
+        let mut s = self.state.borrow_mut();
+        let r = &mut s.reserved;
+        r.size = r.size.max(end);
+        r.ahead.resize(r.size - end);
     }
 
     /// Makes sure the file's space is reserved up to `end` before a write reaches there, so

@@ -27,10 +27,13 @@ fn allocated_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// Direct writes only: the space they reserve ahead is what most of these tests measure (writes
+/// through the page cache reserve none).
 fn budgets() -> StorageConfig {
     StorageConfig {
         write_buffer_bytes: 1 << 20,
         preallocate_bytes: 4 << 20,
+        page_cache_write_max_bytes: 0,
         ..small_storage_config()
     }
 }
@@ -105,6 +108,7 @@ fn small_writes_share_the_page_cache_descriptors_and_idle_writers_give_them_back
         let dir = tempfile::tempdir().unwrap();
         let config = StorageConfig {
             page_cache_files_max: 3,
+            page_cache_write_max_bytes: 16 << 10,
             ..budgets()
         };
         let shard = shard(dir.path(), config).await;
