@@ -31,7 +31,8 @@
 //! one writes directly.
 //!
 //! Progress is published in two watermarks: `written_bytes` (file position below which every
-//! byte is on the device) and, for the log, the offset below which every batch is written.
+//! byte is on the device or in the page cache) and, for the log, the offset below which every
+//! batch is written.
 //!
 //! What a writer holds follows its partition's write rate, within the shard's budgets:
 //! - its bulk buffer is sized by what arrived between the last flushes (doubling while buffers
@@ -256,7 +257,7 @@ impl SegmentWriter {
         self.state.borrow().position()
     }
 
-    /// Every byte below this file position is on the device.
+    /// Every byte below this file position is on the device or in the page cache.
     pub fn written_position(&self) -> u64 {
         self.written_bytes.get() as u64
     }
