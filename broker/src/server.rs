@@ -364,7 +364,6 @@ fn open_cluster_dir(
     Ok(metadata.unwrap_or_else(|| ClusterMetadata::new(ours)))
 }
 
-/// Holds an exclusive lock on the data directory for as long as the returned file lives.
 /// Raises the soft limit of open files to the hard limit, as far as the kernel allows, and
 /// returns the limit: segments, connections and page-cache writers are all files, and a broker
 /// of thousands of partitions needs thousands (Kafka's guide asks for 100,000).
@@ -381,6 +380,7 @@ fn raise_open_files_limit() -> u64 {
     soft
 }
 
+/// Holds an exclusive lock on the data directory for as long as the returned file lives.
 fn lock(data_dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
     let path = data_dir.join(".lock");
