@@ -16,6 +16,7 @@ use crate::stats::{FlowSnapshot, Percentiles, Shared, lock};
 pub struct FlowReport {
     pub records: u64,
     pub payload_bytes: u64,
+    pub batches: u64,
     pub seconds: f64,
     pub latency: Option<Percentiles>,
 }
@@ -28,6 +29,7 @@ impl FlowReport {
         Self {
             records: flow.records,
             payload_bytes: flow.payload_bytes,
+            batches: flow.batches,
             seconds,
             latency,
         }
@@ -40,6 +42,14 @@ impl FlowReport {
     /// Megabytes (10^6 bytes) of keys and values per second.
     pub fn mb_per_s(&self) -> f64 {
         per_second(self.payload_bytes as f64 / 1e6, self.seconds)
+    }
+
+    pub fn records_per_batch(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.records as f64 / self.batches as f64
+        }
     }
 
     pub fn mib_per_s(&self) -> f64 {
@@ -57,6 +67,8 @@ impl FlowReport {
             "records_per_s": self.records_per_s(),
             "mb_per_s": self.mb_per_s(),
             "mib_per_s": self.mib_per_s(),
+            "batches": self.batches,
+            "records_per_batch": self.records_per_batch(),
             latency_name: self.latency.as_ref().map(percentiles_json),
         })
     }
@@ -155,12 +167,19 @@ impl Report {
             let Some(flow) = flow else { continue };
             let _ = writeln!(
                 out,
-                "{name}: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s ({:.1} MiB/s)",
+                "{name}: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s ({:.1} MiB/s), {:.1} \
+                 records a {}",
                 flow.records,
                 flow.seconds,
                 flow.records_per_s(),
                 flow.mb_per_s(),
-                flow.mib_per_s()
+                flow.mib_per_s(),
+                flow.records_per_batch(),
+                if name == "produce" {
+                    "batch"
+                } else {
+                    "partition a fetch"
+                },
             );
             let _ = match (&flow.latency, note) {
                 (Some(p), _) => writeln!(out, "  {latency_name} ms: {}", percentiles_text(p)),
@@ -300,15 +319,18 @@ mod tests {
             records_total: 3000,
             records: 2000,
             payload_bytes: 2_000_000,
+            batches: 500,
             last_ns: 3_000_000_000,
         };
         let report = FlowReport::new(flow, 1_000_000_000, None);
         assert_eq!(report.seconds, 2.0);
         assert_eq!(report.records_per_s(), 1000.0);
         assert_eq!(report.mb_per_s(), 1.0);
+        assert_eq!(report.records_per_batch(), 4.0);
         let empty = FlowReport::new(
             FlowSnapshot {
                 records: 0,
+                batches: 0,
                 last_ns: 0,
                 ..flow
             },
@@ -316,5 +338,6 @@ mod tests {
             None,
         );
         assert_eq!(empty.records_per_s(), 0.0);
+        assert_eq!(empty.records_per_batch(), 0.0);
     }
 }

@@ -70,6 +70,10 @@ pub struct Flow {
     /// Records outside the warmup, and their key and value bytes.
     pub records: AtomicU64,
     pub payload_bytes: AtomicU64,
+    /// The batches (produce) or a partition's records in a fetch answer (consume) the
+    /// measured records came in: at many partitions, a producer's batches hold few records
+    /// whatever its batch size, and that, not bytes, is what the broker's work follows.
+    pub batches: AtomicU64,
     /// When the last measured record was acknowledged (or consumed).
     pub last_ns: AtomicU64,
 }
@@ -80,20 +84,22 @@ impl Default for Flow {
             records_total: AtomicU64::new(0),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
             last_ns: AtomicU64::new(0),
         }
     }
 }
 
 impl Flow {
-    /// Counts records that completed at `now_ns`; `measured` of them (with `payload_bytes`) are
-    /// outside the warmup.
+    /// Counts a batch of records that completed at `now_ns`; `measured` of them (with
+    /// `payload_bytes`) are outside the warmup.
     pub fn add(&self, now_ns: u64, total: u64, measured: u64, payload_bytes: u64) {
         self.records_total.fetch_add(total, Ordering::Relaxed);
         if measured > 0 {
             self.records.fetch_add(measured, Ordering::Relaxed);
             self.payload_bytes
                 .fetch_add(payload_bytes, Ordering::Relaxed);
+            self.batches.fetch_add(1, Ordering::Relaxed);
             self.last_ns.fetch_max(now_ns, Ordering::Relaxed);
         }
     }
@@ -103,6 +109,7 @@ impl Flow {
             records_total: self.records_total.load(Ordering::Relaxed),
             records: self.records.load(Ordering::Relaxed),
             payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
             last_ns: self.last_ns.load(Ordering::Relaxed),
         }
     }
@@ -113,6 +120,7 @@ pub struct FlowSnapshot {
     pub records_total: u64,
     pub records: u64,
     pub payload_bytes: u64,
+    pub batches: u64,
     pub last_ns: u64,
 }
 
@@ -294,8 +302,8 @@ mod tests {
         flow.add(20, 5, 5, 500);
         let s = flow.snapshot();
         assert_eq!(
-            (s.records_total, s.records, s.payload_bytes),
-            (15, 10, 1000)
+            (s.records_total, s.records, s.payload_bytes, s.batches),
+            (15, 10, 1000, 2)
         );
         assert_eq!(s.last_ns, 30);
     }
