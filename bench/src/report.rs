@@ -45,11 +45,7 @@ impl FlowReport {
     }
 
     pub fn records_per_batch(&self) -> f64 {
-        if self.batches == 0 {
-            0.0
-        } else {
-            self.records as f64 / self.batches as f64
-        }
+        ratio(self.records as f64, self.batches as f64)
     }
 
     pub fn mib_per_s(&self) -> f64 {
@@ -75,7 +71,12 @@ impl FlowReport {
 }
 
 fn per_second(amount: f64, seconds: f64) -> f64 {
-    if seconds > 0.0 { amount / seconds } else { 0.0 }
+    ratio(amount, seconds)
+}
+
+/// `amount / per`, or 0 where there is nothing to divide by (an empty run).
+fn ratio(amount: f64, per: f64) -> f64 {
+    if per > 0.0 { amount / per } else { 0.0 }
 }
 
 /// Everything a finished run reports.
@@ -155,11 +156,14 @@ impl Report {
             o.warmup_s,
         );
         let ack_note = (o.acks == Acks::None).then_some("acks=0 gets no answers");
-        for (name, flow, latency_name, note) in [
-            ("produce", &self.produce, "ack latency", ack_note),
+        // What a flow's records come in: a produce's batches, a fetch's record sets (one per
+        // partition of each answer).
+        for (name, flow, unit, latency_name, note) in [
+            ("produce", &self.produce, "batch", "ack latency", ack_note),
             (
                 "consume",
                 &self.consume,
+                "fetched partition",
                 "end-to-end latency",
                 self.e2e_note,
             ),
@@ -168,18 +172,13 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{name}: {} records in {:.2} s: {:.0} records/s, {:.1} MB/s ({:.1} MiB/s), {:.1} \
-                 records a {}",
+                 records a {unit}",
                 flow.records,
                 flow.seconds,
                 flow.records_per_s(),
                 flow.mb_per_s(),
                 flow.mib_per_s(),
                 flow.records_per_batch(),
-                if name == "produce" {
-                    "batch"
-                } else {
-                    "partition a fetch"
-                },
             );
             let _ = match (&flow.latency, note) {
                 (Some(p), _) => writeln!(out, "  {latency_name} ms: {}", percentiles_text(p)),
