@@ -196,10 +196,6 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
     };
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
     let open_files_max = raise_open_files_limit();
-    // A quarter of the process's descriptors for page-cache writers (one per partition writing
-    // small batches), shared out by shard: the rest are for segments and connections.
-    config.storage.page_cache_files_max =
-        usize::try_from(open_files_max / 4).unwrap_or(usize::MAX) / shards.max(1);
     tracing::info!(
         listen = %config.listen,
         data_dir = %data_dir.display(),
@@ -365,7 +361,7 @@ fn open_cluster_dir(
 }
 
 /// Raises the soft limit of open files to the hard limit, as far as the kernel allows, and
-/// returns the limit: segments, connections and page-cache writers are all files, and a broker
+/// returns the limit: segments and connections are all files, and a broker
 /// of thousands of partitions needs thousands (Kafka's guide asks for 100,000).
 fn raise_open_files_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};

@@ -97,9 +97,6 @@ pub struct StorageConfig {
     /// Writes of at most this many bytes (whole pages: a partition's flush of a record or two)
     /// go through the page cache instead of straight to the device; 0: every write is direct.
     pub page_cache_write_max_bytes: usize,
-    /// File descriptors the shard's writers may hold for those writes, one per writing
-    /// partition (given back when it idles); a writer beyond them writes directly.
-    pub page_cache_files_max: usize,
 }
 
 impl Default for StorageConfig {
@@ -115,7 +112,6 @@ impl Default for StorageConfig {
             read_bytes_max: 64 << 20,
             readahead_bytes_max: 64 << 20,
             page_cache_write_max_bytes: 16 << 10,
-            page_cache_files_max: 1024,
         }
     }
 }

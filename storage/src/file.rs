@@ -1,8 +1,9 @@
 //! The seam between the log and glommio's files: direct IO (O_DIRECT through io_uring) where
 //! the filesystem takes it, buffered IO where it does not. Nothing else in this crate names a
-//! glommio file type. A direct file's small writes may also go through the page cache, by a
-//! second descriptor of the file ([`PageCacheWriter`]).
+//! glommio file type. A direct file's small writes may also go through the page cache, on the
+//! same descriptor with O_DIRECT turned off for them ([`SegmentFile::write_through_page_cache`]).
 
+use std::cell::Cell;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -152,6 +153,9 @@ enum Inner {
 pub struct SegmentFile {
     inner: Inner,
     path: PathBuf,
+    /// A direct file whose descriptor has O_DIRECT turned off, for writes through the page
+    /// cache: the next direct write turns it back on.
+    page_cache_mode: Cell<bool>,
 }
 
 impl SegmentFile {
@@ -171,6 +175,7 @@ impl SegmentFile {
         Ok(SegmentFile {
             inner,
             path: path.to_path_buf(),
+            page_cache_mode: Cell::new(false),
         })
     }
 
@@ -195,6 +200,9 @@ impl SegmentFile {
         debug_assert_eq!(pos % ALIGNMENT, 0);
         debug_assert_eq!(len as u64 % ALIGNMENT, 0);
         buf.trim_to(len);
+        if self.page_cache_mode.get() {
+            self.set_direct(true)?;
+        }
         let written = match (&self.inner, buf) {
             (Inner::Direct(f), WriteBuf::Dma(b)) => f.write_at(b, pos).await,
             (Inner::Buffered(f), WriteBuf::Heap(v)) => f.write_at(v, pos).await,
@@ -311,42 +319,76 @@ impl SegmentFile {
         IoFailure::new(op, &self.path, &io::Error::from(e))
     }
 
-    /// A second descriptor of a direct file, without O_DIRECT, for writes to go through the
-    /// page cache; `None` for a buffered file, whose writes already do. Opened on the shard
-    /// (a plain open(2), a few microseconds; through glommio it would wait for a worker).
-    pub fn page_cache_writer(&self) -> Result<Option<PageCacheWriter>, IoFailure> {
-        if matches!(self.inner, Inner::Buffered(_)) {
-            return Ok(None);
-        }
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&self.path)
-            .map(|file| Some(PageCacheWriter { file }))
-            .map_err(|e| IoFailure::new("opening for page-cache writes", &self.path, &e))
-    }
-}
-
-/// Writes whole pages of a direct file through the page cache: a write is done when the kernel
-/// holds it (it survives the process, not the machine, until a sync), and the kernel writes it
-/// back later together with its neighbours. Whole pages only, so the kernel never reads a page
-/// from disk to merge a partial write into it. The caller keeps a page it wrote this way out of
-/// its direct writes where it can: a direct write over a page the page cache holds dirty is
-/// right, but waits for that page's write-back on a worker thread.
-#[derive(Debug)]
-pub struct PageCacheWriter {
-    file: std::fs::File,
-}
-
-impl PageCacheWriter {
-    /// Writes `data` (whole pages) at `pos` (aligned): a pwrite(2) on the shard, a copy into
-    /// the page cache.
-    pub fn write_at(&self, data: &[u8], pos: u64, path: &Path) -> Result<(), IoFailure> {
-        use std::os::unix::fs::FileExt;
+    /// Writes `data` (whole pages) at `pos` (aligned) through the page cache: a write(2) on
+    /// the shard (a seek and a write), a copy the kernel writes back later with its neighbours, done when the kernel
+    /// holds it (it survives the process, not the machine, until a sync). Whole pages only, so
+    /// the kernel never reads a page from disk to merge a partial write into it.
+    ///
+    /// A direct file's descriptor has O_DIRECT turned off for it (fcntl(2)), and the next
+    /// direct write turns it back on: one descriptor per segment, where a second one per
+    /// partition writing small batches ran out of the process's descriptors at thousands of
+    /// partitions. Linux keeps the two kinds of IO on a file coherent (a direct read or write
+    /// of a range first writes back what the page cache holds dirty there), and an IO takes the
+    /// flag as it is when the kernel starts it, so whichever way a write or a read in flight
+    /// goes, it reads or writes the right bytes; the caller only keeps the writes of one page
+    /// apart, as for direct IO. `None` when the descriptor's flags cannot be changed: the caller
+    /// writes directly instead.
+    pub fn write_through_page_cache(&self, data: &[u8], pos: u64) -> Option<Result<(), IoFailure>> {
         debug_assert_eq!(pos % ALIGNMENT, 0);
         debug_assert_eq!(data.len() as u64 % ALIGNMENT, 0);
-        self.file
-            .write_all_at(data, pos)
-            .map_err(|e| IoFailure::new("writing", path, &e))
+        if matches!(self.inner, Inner::Direct(_)) && !self.page_cache_mode.get() {
+            if let Err(e) = self.set_direct(false) {
+                tracing::debug!(error = %e, "writing through the page cache is not possible");
+                return None;
+            }
+        }
+        Some(self.write_all_at(data, pos))
+    }
+
+    /// Turns O_DIRECT on or off for the file's descriptor.
+    fn set_direct(&self, direct: bool) -> Result<(), IoFailure> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let fd = self.raw_fd();
+        let fail =
+            |e: nix::Error| IoFailure::new("setting O_DIRECT on", &self.path, &io::Error::from(e));
+        let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).map_err(fail)?);
+        let flags = if direct {
+            flags | OFlag::O_DIRECT
+        } else {
+            flags - OFlag::O_DIRECT
+        };
+        fcntl(fd, FcntlArg::F_SETFL(flags)).map_err(fail)?;
+        self.page_cache_mode.set(!direct);
+        Ok(())
+    }
+
+    /// Writes all of `data` at `pos`, blocking. A seek then writes, not a pwrite(2): nix's
+    /// pwrite takes a borrowed descriptor, which glommio's files give only to unsafe code. The
+    /// descriptor's offset is free for it: every read and write through io_uring names its own.
+    fn write_all_at(&self, mut data: &[u8], pos: u64) -> Result<(), IoFailure> {
+        use nix::unistd::{Whence, lseek, write};
+        let fd = self.raw_fd();
+        let fail = |e: nix::Error| IoFailure::new("writing", &self.path, &io::Error::from(e));
+        let offset = i64::try_from(pos).map_err(|_| {
+            IoFailure::new(
+                "writing",
+                &self.path,
+                &io::Error::other("position out of range"),
+            )
+        })?;
+        lseek(fd, offset, Whence::SeekSet).map_err(fail)?;
+        while !data.is_empty() {
+            match write(fd, data) {
+                Ok(0) => {
+                    let e = io::Error::new(io::ErrorKind::StorageFull, "short write");
+                    return Err(IoFailure::new("writing", &self.path, &e));
+                }
+                Ok(n) => data = &data[n..],
+                Err(nix::Error::EINTR) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -471,5 +513,54 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), [1, 2, 3]);
         write_file_unsynced(&path, &[9; 4100]).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), [9; 4100]);
+    }
+
+    /// Whether the descriptor of `file` has O_DIRECT set.
+    fn is_direct(file: &SegmentFile) -> bool {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = fcntl(file.raw_fd(), FcntlArg::F_GETFL).unwrap();
+        OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT)
+    }
+
+    #[test]
+    fn page_cache_and_direct_writes_take_turns_on_one_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
+                calibrate_direct_io(&root, mode).await.unwrap();
+                let file = SegmentFile::open(&root.join("0.log"), mode, true)
+                    .await
+                    .unwrap();
+                let direct = mode == ResolvedIoMode::Direct;
+                assert_eq!(is_direct(&file), direct);
+                let page = |byte: u8| vec![byte; ALIGNMENT as usize];
+                file.write_through_page_cache(&page(1), 0).unwrap().unwrap();
+                assert!(!is_direct(&file), "the page went through the page cache");
+                let mut buf = file.alloc(2 * ALIGNMENT as usize);
+                buf.as_bytes_mut().fill(2);
+                file.write_at(buf, 2 * ALIGNMENT as usize, ALIGNMENT)
+                    .await
+                    .unwrap();
+                assert_eq!(is_direct(&file), direct, "direct again for a direct write");
+                // Over the page the page cache holds: still the newest bytes on top.
+                file.write_through_page_cache(&page(3), 2 * ALIGNMENT)
+                    .unwrap()
+                    .unwrap();
+                let mut buf = file.alloc(ALIGNMENT as usize);
+                buf.as_bytes_mut().fill(4);
+                file.write_at(buf, ALIGNMENT as usize, 2 * ALIGNMENT)
+                    .await
+                    .unwrap();
+                let mut want = page(1);
+                want.extend(page(2));
+                want.extend(page(4));
+                assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
+                file.close().await.unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

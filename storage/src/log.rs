@@ -45,8 +45,6 @@ pub struct ShardStorage {
     pub(crate) readahead: Rc<Budget>,
     pub(crate) write_buffers: Rc<Budget>,
     pub(crate) reserve_ahead: Rc<Budget>,
-    /// Descriptors for writes through the page cache (`crate::writer`), counted one each.
-    pub(crate) page_cache_files: Rc<Budget>,
     pub(crate) background: Background,
     pub(crate) space: FreeSpace,
     pub(crate) indexes: IndexBudget,
@@ -66,7 +64,6 @@ impl ShardStorage {
             readahead: Budget::new(config.readahead_bytes_max as u64),
             write_buffers: Budget::new(config.write_buffer_bytes as u64),
             reserve_ahead: Budget::new(config.preallocate_bytes),
-            page_cache_files: Budget::new(config.page_cache_files_max as u64),
             background: Background::new(),
             space: FreeSpace::new(data_dir, config.min_free_bytes),
             indexes: IndexBudget::new(config.index_bytes_max as u64),
@@ -91,11 +88,6 @@ impl ShardStorage {
         self.indexes.used_bytes()
     }
 
-    /// Descriptors the shard's writers hold for writes through the page cache.
-    pub fn page_cache_files_used(&self) -> u64 {
-        self.page_cache_files.used_bytes()
-    }
-
     /// Disk space reserved ahead of the writes of the shard's active segments.
     pub fn reserved_ahead_bytes(&self) -> u64 {
         self.reserve_ahead.used_bytes()
@@ -107,7 +99,6 @@ impl ShardStorage {
             buffers: self.write_buffers.clone(),
             reserve_ahead: self.reserve_ahead.clone(),
             page_cache_write_max_bytes: self.config.page_cache_write_max_bytes,
-            page_cache_files: self.page_cache_files.clone(),
         }
     }
 }

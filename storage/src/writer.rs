@@ -19,16 +19,15 @@
 //! write of that page, so the newer content always lands last. Bulk writes never overlap.
 //!
 //! Small writes (at most `page_cache_write_max_bytes`, whole pages) go through the page cache
-//! instead, by a second descriptor of the file ([`PageCacheWriter`]): a pwrite(2) on the shard
-//! that is done when the kernel has the bytes, which is Kafka's own promise for acks=1 (they
+//! instead, on the segment's own descriptor with O_DIRECT turned off for them
+//! ([`SegmentFile::write_through_page_cache`]): a write(2) on the shard that is done when the
+//! kernel has the bytes, which is Kafka's own promise for acks=1 (they
 //! survive the process, not the machine, until a sync). A partition sent a record or two at a
 //! time then costs a copy per write instead of a device write (and its ext4 work) per write;
 //! the kernel writes its pages back later, many at a time. A page written this way is written
 //! that way again (its rewrites are one page and wait for nothing), so direct writes keep clear
 //! of pages the page cache may hold dirty: one over such a page is still right (the kernel
-//! writes the page back first) but goes to a worker thread. The descriptors are a shard-wide
-//! budget (file descriptors are the process's), given back by idle writers; a writer without
-//! one writes directly.
+//! writes the page back first) but goes to a worker thread.
 //!
 //! Progress is published in two watermarks: `written_bytes` (file position below which every
 //! byte is on the device or in the page cache) and, for the log, the offset below which every
@@ -51,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use crate::budget::{Budget, Grant};
 use crate::error::IoFailure;
-use crate::file::{ALIGNMENT, PageCacheWriter, SegmentFile, WriteBuf, align_down, align_up};
+use crate::file::{ALIGNMENT, SegmentFile, WriteBuf, align_down, align_up};
 use crate::watermark::{Reached, Watermark};
 
 const PAGE_BYTES: usize = ALIGNMENT as usize;
@@ -84,8 +83,6 @@ pub struct WriterLimits {
     pub reserve_ahead: Rc<Budget>,
     /// Writes of at most this many bytes go through the page cache (0: none do).
     pub page_cache_write_max_bytes: usize,
-    /// Descriptors for page-cache writes the shard's writers may hold together (one each).
-    pub page_cache_files: Rc<Budget>,
 }
 
 impl WriterLimits {
@@ -109,8 +106,6 @@ pub struct SegmentWriter {
     written_bytes: Watermark,
     /// Every batch below this offset has been written (shared with the log).
     written_offset: Rc<Watermark>,
-    /// The descriptor small writes go through, while the writer holds one of the shard's.
-    page_cache: RefCell<Option<(PageCacheWriter, Grant)>>,
 }
 
 /// A page partly written to disk, still being filled.
@@ -244,7 +239,6 @@ impl SegmentWriter {
             }),
             written_bytes: Watermark::new(position as i64),
             written_offset,
-            page_cache: RefCell::new(None),
         }
     }
 
@@ -405,7 +399,6 @@ impl SegmentWriter {
     /// reservation ahead is given back to the shard.
     pub async fn finish(self: &Rc<Self>) -> Result<u64, IoFailure> {
         self.flush().await?;
-        self.page_cache.borrow_mut().take();
         let mut s = self.state.borrow_mut();
         s.reserved.ahead.resize(0);
         s.reserved.size = s.position();
@@ -419,13 +412,9 @@ impl SegmentWriter {
     pub fn trim_if_idle(&self, idle_for: Duration) -> bool {
         let mut s = self.state.borrow_mut();
         let idle = s.in_flight.is_empty() && s.last_submit.elapsed() >= idle_for;
-        if idle {
-            // Back to the shard for a writer that writes now.
-            self.page_cache.borrow_mut().take();
-        }
         let end = align_up(s.position());
         if s.reserved.size <= end {
-            return self.page_cache.borrow().is_none();
+            return true;
         }
         if !idle || s.error.is_some() {
             return false;
@@ -573,7 +562,7 @@ impl SegmentWriter {
             && depends_on.as_ref().is_none_or(|prev| prev.get() >= 1);
         if small {
             let data = &buf.buf.as_bytes()[..padded as usize];
-            if let Some(result) = self.write_through_page_cache(data, pos) {
+            if let Some(result) = self.file.write_through_page_cache(data, pos) {
                 drop(buf);
                 self.grown_to(pos + padded);
                 done.advance(1);
@@ -594,25 +583,6 @@ impl SegmentWriter {
             this.complete(result);
         })
         .detach();
-    }
-
-    /// Writes `data` (whole pages) at `pos` through the page cache, taking a descriptor first
-    /// if the writer holds none and the shard has one to give; `None` when it has none.
-    fn write_through_page_cache(&self, data: &[u8], pos: u64) -> Option<Result<(), IoFailure>> {
-        let mut page_cache = self.page_cache.borrow_mut();
-        if page_cache.is_none() {
-            let grant = self.limits.page_cache_files.try_take(1)?;
-            match self.file.page_cache_writer() {
-                Ok(writer) => *page_cache = Some((writer?, grant)),
-                Err(e) => {
-                    // Out of descriptors, most likely: direct writes do the same, slower.
-                    tracing::debug!(error = %e, "writing through the page cache is not possible");
-                    return None;
-                }
-            }
-        }
-        let (writer, _) = page_cache.as_ref()?;
-        Some(writer.write_at(data, pos, self.file.path()))
     }
 
     /// After a write through the page cache that reached `end`: the file is at least that long,

@@ -6,11 +6,13 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use storage::{AppendError, LogConfig, RESERVE_AHEAD_FLOOR_BYTES, StorageConfig};
+use storage::{
+    AppendError, IoMode, LogConfig, RESERVE_AHEAD_FLOOR_BYTES, ResolvedIoMode, StorageConfig,
+};
 
 /// Bytes allocated on disk under `dir` (what `du` counts).
 fn allocated_bytes(dir: &Path) -> u64 {
@@ -102,39 +104,71 @@ fn many_writing_partitions_share_the_budgets_and_idle_ones_give_them_back() {
     });
 }
 
+/// The descriptors this process holds on segment files under `dir`, each with whether its
+/// O_DIRECT flag is set (from /proc/self/fdinfo).
+fn segment_descriptors(dir: &Path) -> Vec<(PathBuf, bool)> {
+    let direct = nix::fcntl::OFlag::O_DIRECT.bits() as u32;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let fd = entry.unwrap().file_name().into_string().unwrap();
+        // Descriptors of other tests come and go meanwhile.
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+            continue;
+        };
+        if !target.starts_with(dir) || target.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+            .unwrap();
+        found.push((target, flags & direct != 0));
+    }
+    found.sort();
+    found
+}
+
 #[test]
-fn small_writes_share_the_page_cache_descriptors_and_idle_writers_give_them_back() {
+fn small_writes_go_through_the_page_cache_on_the_segments_own_descriptor() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
         let config = StorageConfig {
-            page_cache_files_max: 3,
             page_cache_write_max_bytes: 16 << 10,
             ..budgets()
         };
-        let shard = shard(dir.path(), config).await;
+        let shard = shard(&root, config).await;
         let mut logs = Vec::new();
         for i in 0..8 {
-            logs.push(open(&shard, &dir.path().join(format!("p-{i}")), big_segments()).await);
+            logs.push(open(&shard, &root.join(format!("p-{i}")), big_segments()).await);
         }
+        let opened = segment_descriptors(&root);
+        assert_eq!(opened.len(), 8, "a descriptor per segment: {opened:?}");
         for round in 0..10 {
             for log in &logs {
                 // A record or two at a time: each flush is a page or so.
                 let info = log.append(records(2, 300, round), 0).await.unwrap();
                 log.wait_written(info.next_offset).await.unwrap();
-                assert!(shard.page_cache_files_used() <= 3, "within the budget");
             }
         }
+        let written = segment_descriptors(&root);
         assert_eq!(
-            shard.page_cache_files_used(),
-            3,
-            "the first three writers hold one each; the others wrote directly"
+            written.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            opened.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "no second descriptor for the small writes"
         );
-        glommio::timer::sleep(Duration::from_millis(2500)).await;
-        assert_eq!(
-            shard.page_cache_files_used(),
-            0,
-            "idle writers give them back"
-        );
+        if storage::resolve_io_mode(&root, IoMode::Auto).unwrap() == ResolvedIoMode::Direct {
+            assert!(
+                opened.iter().all(|(_, direct)| *direct),
+                "segments open for direct IO: {opened:?}"
+            );
+            assert!(
+                written.iter().all(|(_, direct)| !direct),
+                "small writes turned O_DIRECT off: {written:?}"
+            );
+        }
         for log in &logs {
             assert_eq!(read_all(log, 0).await.len(), 10);
             log.close().await.unwrap();
