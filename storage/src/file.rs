@@ -156,6 +156,25 @@ pub struct SegmentFile {
     /// A direct file whose descriptor has O_DIRECT turned off, for writes through the page
     /// cache: the next direct write turns it back on.
     page_cache_mode: Cell<bool>,
+    /// Direct writes started and not yet complete: O_DIRECT stays on while there are any.
+    direct_writes_pending: Cell<usize>,
+}
+
+/// Counts a direct write as pending for as long as it lives.
+struct PendingDirectWrite<'a>(&'a Cell<usize>);
+
+impl<'a> PendingDirectWrite<'a> {
+    fn start(count: &'a Cell<usize>) -> Self {
+        count.set(count.get() + 1);
+        PendingDirectWrite(count)
+    }
+}
+
+impl Drop for PendingDirectWrite<'_> {
+    fn drop(&mut self) {
+        debug_assert!(self.0.get() > 0, "a pending write was counted");
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 impl SegmentFile {
@@ -176,6 +195,7 @@ impl SegmentFile {
             inner,
             path: path.to_path_buf(),
             page_cache_mode: Cell::new(false),
+            direct_writes_pending: Cell::new(0),
         })
     }
 
@@ -203,6 +223,8 @@ impl SegmentFile {
         if self.page_cache_mode.get() {
             self.set_direct(true)?;
         }
+        // Counted before glommio queues the write (in the poll below) until it completes.
+        let _pending = PendingDirectWrite::start(&self.direct_writes_pending);
         let written = match (&self.inner, buf) {
             (Inner::Direct(f), WriteBuf::Dma(b)) => f.write_at(b, pos).await,
             (Inner::Buffered(f), WriteBuf::Heap(v)) => f.write_at(v, pos).await,
@@ -320,23 +342,29 @@ impl SegmentFile {
     }
 
     /// Writes `data` (whole pages) at `pos` (aligned) through the page cache: a write(2) on
-    /// the shard (a seek and a write), a copy the kernel writes back later with its neighbours, done when the kernel
-    /// holds it (it survives the process, not the machine, until a sync). Whole pages only, so
-    /// the kernel never reads a page from disk to merge a partial write into it.
+    /// the shard (a seek and a write), a copy the kernel writes back later with its
+    /// neighbours, done when the kernel holds it (it survives the process, not the machine,
+    /// until a sync). Whole pages only, so the kernel never reads a page from disk to merge a
+    /// partial write into it.
     ///
     /// A direct file's descriptor has O_DIRECT turned off for it (fcntl(2)), and the next
     /// direct write turns it back on: one descriptor per segment, where a second one per
     /// partition writing small batches ran out of the process's descriptors at thousands of
     /// partitions. Linux keeps the two kinds of IO on a file coherent (a direct read or write
-    /// of a range first writes back what the page cache holds dirty there), and an IO takes the
-    /// flag as it is when the kernel starts it, so whichever way a write or a read in flight
-    /// goes, it reads or writes the right bytes; the caller only keeps the writes of one page
-    /// apart, as for direct IO. `None` when the descriptor's flags cannot be changed: the caller
-    /// writes directly instead.
+    /// of a range first writes back what the page cache holds dirty there), so either way the
+    /// bytes are right. But an IO takes the flag as the kernel finds it when it starts, and
+    /// glommio hands its writes to the kernel later than it queues them: a direct write still
+    /// queued when the flag went off became a buffered write through io_uring, which ext4 hands
+    /// to a worker thread (a third of the direct writes at 6 partitions). So `None` while
+    /// direct writes are pending, or when the flags cannot be changed: the caller writes
+    /// directly instead.
     pub fn write_through_page_cache(&self, data: &[u8], pos: u64) -> Option<Result<(), IoFailure>> {
         debug_assert_eq!(pos % ALIGNMENT, 0);
         debug_assert_eq!(data.len() as u64 % ALIGNMENT, 0);
         if matches!(self.inner, Inner::Direct(_)) && !self.page_cache_mode.get() {
+            if self.direct_writes_pending.get() > 0 {
+                return None;
+            }
             if let Err(e) = self.set_direct(false) {
                 tracing::debug!(error = %e, "writing through the page cache is not possible");
                 return None;
@@ -553,9 +581,24 @@ mod tests {
                 file.write_at(buf, ALIGNMENT as usize, 2 * ALIGNMENT)
                     .await
                     .unwrap();
+                // While a direct write is queued or in flight the flag stays on: the write must
+                // reach the kernel as the direct write it was queued as.
+                let mut buf = file.alloc(ALIGNMENT as usize);
+                buf.as_bytes_mut().fill(5);
+                let mut queued = Box::pin(file.write_at(buf, ALIGNMENT as usize, 3 * ALIGNMENT));
+                let first_poll = futures_lite::future::poll_once(&mut queued).await;
+                if direct && first_poll.is_none() {
+                    assert!(
+                        file.write_through_page_cache(&page(6), 4 * ALIGNMENT)
+                            .is_none()
+                    );
+                    assert_eq!(is_direct(&file), direct);
+                }
+                queued.await.unwrap();
                 let mut want = page(1);
                 want.extend(page(2));
                 want.extend(page(4));
+                want.extend(page(5));
                 assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
                 file.close().await.unwrap();
             })
