@@ -361,8 +361,8 @@ fn open_cluster_dir(
 }
 
 /// Raises the soft limit of open files to the hard limit, as far as the kernel allows, and
-/// returns the limit: segments and connections are all files, and a broker
-/// of thousands of partitions needs thousands (Kafka's guide asks for 100,000).
+/// returns the limit: segments and connections are all files, and a broker of thousands of
+/// partitions needs thousands (Kafka's guide asks for 100,000).
 fn raise_open_files_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {

@@ -21,13 +21,15 @@
 //! Small writes (at most `page_cache_write_max_bytes`, whole pages) go through the page cache
 //! instead, on the segment's own descriptor with O_DIRECT turned off for them
 //! ([`SegmentFile::write_through_page_cache`]): a write(2) on the shard that is done when the
-//! kernel has the bytes, which is Kafka's own promise for acks=1 (they
-//! survive the process, not the machine, until a sync). A partition sent a record or two at a
-//! time then costs a copy per write instead of a device write (and its ext4 work) per write;
-//! the kernel writes its pages back later, many at a time. A page written this way is written
-//! that way again (its rewrites are one page and wait for nothing), so direct writes keep clear
-//! of pages the page cache may hold dirty: one over such a page is still right (the kernel
-//! writes the page back first) but goes to a worker thread.
+//! kernel has the bytes, which is Kafka's own promise for acks=1 (they survive the process, not
+//! the machine, until a sync). A partition sent a record or two at a time then costs a copy per
+//! write instead of a device write (and its ext4 work) per write; the kernel writes its pages
+//! back later, many at a time. A page written this way is written that way again (its rewrites
+//! are one page and wait for nothing), so direct writes mostly keep clear of pages the page
+//! cache may hold dirty: one over such a page is still right (the kernel writes the page back
+//! first) but goes to a worker thread. The exception is a writer with a direct write pending:
+//! the segment's descriptor keeps O_DIRECT on until it completes, so a small write then goes
+//! directly too.
 //!
 //! Progress is published in two watermarks: `written_bytes` (file position below which every
 //! byte is on the device or in the page cache) and, for the log, the offset below which every
@@ -537,8 +539,9 @@ impl SegmentWriter {
 
     /// Starts writing `len` logical bytes of `buf` at `pos` (padded to the alignment), after
     /// `depends_on` completes; `done` is advanced when it completes. A small write whose page
-    /// has no write in flight goes through the page cache and is done on return (a page once
-    /// written so is rewritten so: its rewrites are one page, and never wait).
+    /// has no write in flight goes through the page cache and is done on return, unless a
+    /// direct write of the segment is pending (a page once written so is rewritten so: its
+    /// rewrites are one page, and never wait).
     fn submit(
         self: &Rc<Self>,
         buf: Buffer,
