@@ -158,6 +158,10 @@ pub struct SegmentFile {
     page_cache_mode: Cell<bool>,
     /// Direct writes started and not yet complete: O_DIRECT stays on while there are any.
     direct_writes_pending: Cell<usize>,
+    /// The descriptor's file offset, where the last write through the page cache ended (none
+    /// before the first, or after a failed one): a write that starts there needs no seek.
+    /// Nothing else moves it: every read and write through io_uring names its own position.
+    page_cache_cursor: Cell<Option<u64>>,
 }
 
 /// Counts a direct write as pending for as long as it lives.
@@ -196,6 +200,7 @@ impl SegmentFile {
             path: path.to_path_buf(),
             page_cache_mode: Cell::new(false),
             direct_writes_pending: Cell::new(0),
+            page_cache_cursor: Cell::new(None),
         })
     }
 
@@ -341,11 +346,16 @@ impl SegmentFile {
         IoFailure::new(op, &self.path, &io::Error::from(e))
     }
 
-    /// Writes `data` (whole pages) at `pos` (aligned) through the page cache: a write(2) on
-    /// the shard (a seek and a write), a copy the kernel writes back later with its
-    /// neighbours, done when the kernel holds it (it survives the process, not the machine,
-    /// until a sync). Whole pages only, so the kernel never reads a page from disk to merge a
-    /// partial write into it.
+    /// Writes `data` at `pos` through the page cache: a write(2) on the shard (and a seek
+    /// first, unless the last such write ended at `pos`), a copy the kernel writes back later
+    /// with its neighbours, done when the kernel holds it (it survives the process, not the
+    /// machine, until a sync).
+    ///
+    /// Neither `pos` nor the length need be aligned, but the caller must never make the kernel
+    /// read a page from the device to merge a partial write into it (a read on the shard): the
+    /// bytes of `pos`'s page before `pos` are in the page cache (the caller's own earlier write
+    /// through it), or `pos` starts a page; and the bytes of the last page after the write are
+    /// nothing written (a fresh page, or the rest of a page the page cache holds).
     ///
     /// A direct file's descriptor has O_DIRECT turned off for it (fcntl(2)), and the next
     /// direct write turns it back on: one descriptor per segment, where a second one per
@@ -359,8 +369,6 @@ impl SegmentFile {
     /// direct writes are pending, or when the flags cannot be changed: the caller writes
     /// directly instead.
     pub fn write_through_page_cache(&self, data: &[u8], pos: u64) -> Option<Result<(), IoFailure>> {
-        debug_assert_eq!(pos % ALIGNMENT, 0);
-        debug_assert_eq!(data.len() as u64 % ALIGNMENT, 0);
         if matches!(self.inner, Inner::Direct(_)) && !self.page_cache_mode.get() {
             if self.direct_writes_pending.get() > 0 {
                 return None;
@@ -392,19 +400,32 @@ impl SegmentFile {
 
     /// Writes all of `data` at `pos`, blocking. A seek then writes, not a pwrite(2): nix's
     /// pwrite takes a borrowed descriptor, which glommio's files give only to unsafe code. The
-    /// descriptor's offset is free for it: every read and write through io_uring names its own.
-    fn write_all_at(&self, mut data: &[u8], pos: u64) -> Result<(), IoFailure> {
+    /// seek is skipped when the descriptor is already at `pos`, as it is for a partition that
+    /// appends through the page cache write after write (the seek was 7% of a shard's time at
+    /// 10,000 partitions).
+    fn write_all_at(&self, data: &[u8], pos: u64) -> Result<(), IoFailure> {
+        let cursor = self.page_cache_cursor.take();
+        let result = self.seek_and_write(data, pos, cursor != Some(pos));
+        if result.is_ok() {
+            self.page_cache_cursor.set(Some(pos + data.len() as u64));
+        }
+        result
+    }
+
+    fn seek_and_write(&self, mut data: &[u8], pos: u64, seek: bool) -> Result<(), IoFailure> {
         use nix::unistd::{Whence, lseek, write};
         let fd = self.raw_fd();
         let fail = |e: nix::Error| IoFailure::new("writing", &self.path, &io::Error::from(e));
-        let offset = i64::try_from(pos).map_err(|_| {
-            IoFailure::new(
-                "writing",
-                &self.path,
-                &io::Error::other("position out of range"),
-            )
-        })?;
-        lseek(fd, offset, Whence::SeekSet).map_err(fail)?;
+        if seek {
+            let offset = i64::try_from(pos).map_err(|_| {
+                IoFailure::new(
+                    "writing",
+                    &self.path,
+                    &io::Error::other("position out of range"),
+                )
+            })?;
+            lseek(fd, offset, Whence::SeekSet).map_err(fail)?;
+        }
         while !data.is_empty() {
             match write(fd, data) {
                 Ok(0) => {

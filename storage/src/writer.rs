@@ -18,14 +18,19 @@
 //! Two writes of the tail page are never in flight together: a rewrite waits for the previous
 //! write of that page, so the newer content always lands last. Bulk writes never overlap.
 //!
-//! Small writes (at most `page_cache_write_max_bytes`, whole pages) go through the page cache
-//! instead, on the segment's own descriptor with O_DIRECT turned off for them
+//! Small writes (at most `page_cache_write_max_bytes`) go through the page cache instead, on
+//! the segment's own descriptor with O_DIRECT turned off for them
 //! ([`SegmentFile::write_through_page_cache`]): a write(2) on the shard that is done when the
 //! kernel has the bytes, which is Kafka's own promise for acks=1 (they survive the process, not
 //! the machine, until a sync). A partition sent a record or two at a time then costs a copy per
 //! write instead of a device write (and its ext4 work) per write; the kernel writes its pages
-//! back later, many at a time. A page written this way is written that way again (its rewrites
-//! are one page and wait for nothing), so direct writes mostly keep clear of pages the page
+//! back later, many at a time. Such a write carries only the bytes the page cache does not hold
+//! yet, from where the last one ended, so a partition appending through the page cache makes
+//! one write(2) a flush and no seek (a whole page and a seek per flush were a third of the
+//! shard's time at 10,000 partitions). Only a tail page whose start the page cache may not hold
+//! (written directly, or found at open) is written whole, so that the kernel never reads a
+//! page from the device to merge a write into it. A page written this way is written that way
+//! again (its rewrites wait for nothing), so direct writes mostly keep clear of pages the page
 //! cache may hold dirty: one over such a page is still right (the kernel writes the page back
 //! first) but goes to a worker thread. The exception is a writer with a direct write pending:
 //! the segment's descriptor keeps O_DIRECT on until it completes, so a small write then goes
@@ -121,6 +126,11 @@ struct TailPage {
     dirty: bool,
     /// The last write of this page: a rewrite must wait for it.
     last_write: Option<Rc<Watermark>>,
+    /// How many of `data`'s bytes the page cache holds from the writer's own write through it
+    /// (0: none, or not known). A write through the page cache then carries only the bytes
+    /// after them; with none it covers the whole page, so the kernel never reads the page
+    /// from the device to merge the write into it.
+    cached: usize,
 }
 
 /// A buffer to write from, and the budget its memory counts against until the write is done.
@@ -211,6 +221,7 @@ impl SegmentWriter {
             data: tail.to_vec(),
             dirty: false,
             last_write: None,
+            cached: 0,
         });
         let bulk_pos = if tail_page.is_some() {
             page + ALIGNMENT
@@ -462,9 +473,14 @@ impl SegmentWriter {
         self.position()
     }
 
-    /// Writes the tail page (padded with zeros), after the previous write of that page. A full
-    /// tail page is done with: appends go on in a bulk buffer at the next page.
+    /// Writes the tail page: through the page cache if it may go there (only the bytes it does
+    /// not hold yet), or else directly (the page padded with zeros), after the previous write
+    /// of that page. A full tail page is done with: appends go on in a bulk buffer at the next
+    /// page.
     fn submit_tail(self: &Rc<Self>) {
+        if self.tail_through_page_cache() {
+            return;
+        }
         let (buf, pos, len, depends_on, done) = {
             let mut s = self.state.borrow_mut();
             let Some(tail) = s.tail.as_mut() else { return };
@@ -478,6 +494,8 @@ impl SegmentWriter {
             let done = Rc::new(Watermark::new(0));
             let depends_on = tail.last_write.replace(done.clone());
             tail.dirty = false;
+            // A direct write drops the page from the page cache.
+            tail.cached = 0;
             let (pos, len) = (tail.pos, tail.data.len());
             if len == PAGE_BYTES {
                 s.tail = None;
@@ -485,7 +503,42 @@ impl SegmentWriter {
             }
             (buf, pos, len, depends_on, done)
         };
-        self.submit(buf, pos, len, depends_on, done);
+        self.submit_direct(buf, pos, len, depends_on, done);
+    }
+
+    /// Writes the tail page's new bytes through the page cache, if the page has no write in
+    /// flight and the file takes such a write now; returns whether it did (or there was no
+    /// tail page).
+    fn tail_through_page_cache(&self) -> bool {
+        let mut s = self.state.borrow_mut();
+        let Some(tail) = s.tail.as_mut() else {
+            return true;
+        };
+        if tail.last_write.as_ref().is_some_and(|w| w.get() < 1) {
+            return false;
+        }
+        let (pos, len, cached) = (tail.pos, tail.data.len(), tail.cached);
+        let written = if cached > 0 {
+            debug_assert!(cached <= len, "the page cache holds only bytes of the page");
+            self.write_through_page_cache(&tail.data[cached..], pos + cached as u64)
+        } else {
+            let mut page = [0u8; PAGE_BYTES];
+            page[..len].copy_from_slice(&tail.data);
+            self.write_through_page_cache(&page, pos)
+        };
+        let Some((result, file_end)) = written else {
+            return false;
+        };
+        tail.dirty = false;
+        tail.cached = len;
+        tail.last_write = None;
+        if len == PAGE_BYTES {
+            s.tail = None;
+            s.bulk_pos = pos + ALIGNMENT;
+        }
+        drop(s);
+        self.written_through_page_cache(pos + len as u64, file_end, result);
+        true
     }
 
     /// Submits the full bulk buffer; the next one starts right after it.
@@ -498,16 +551,22 @@ impl SegmentWriter {
             s.bulk_len = 0;
             (bulk, pos, len)
         };
-        self.submit(bulk, pos, len, None, Rc::new(Watermark::new(0)));
+        if let Some((result, file_end)) =
+            self.write_through_page_cache(&bulk.buf.as_bytes()[..len], pos)
+        {
+            self.written_through_page_cache(pos + len as u64, file_end, result);
+            return;
+        }
+        self.submit_direct(bulk, pos, len, None, Rc::new(Watermark::new(0)));
     }
 
-    /// Submits what the bulk buffer holds, its last page padded with zeros; that partial page
-    /// becomes the tail page.
+    /// Submits what the bulk buffer holds: through the page cache if it may go there (its pages
+    /// are fresh: the bytes alone), or else directly, its last page padded with zeros. That
+    /// partial last page becomes the tail page.
     fn submit_bulk_partial(self: &Rc<Self>) {
-        let done = Rc::new(Watermark::new(0));
-        let (bulk, pos, len) = {
+        let (mut bulk, pos, len) = {
             let mut s = self.state.borrow_mut();
-            let Some(mut bulk) = s.bulk.take() else {
+            let Some(bulk) = s.bulk.take() else {
                 return;
             };
             let (pos, len) = (s.bulk_pos, s.bulk_len);
@@ -516,33 +575,77 @@ impl SegmentWriter {
                 self.limits.buffer_min_bytes(),
                 self.limits.buffer_max_bytes(),
             );
-            let padded = align_up(len as u64) as usize;
-            bulk.buf.as_bytes_mut()[len..padded].fill(0);
-            let whole_pages = align_down(len as u64) as usize;
             s.bulk_len = 0;
+            (bulk, pos, len)
+        };
+        let through_cache = self.write_through_page_cache(&bulk.buf.as_bytes()[..len], pos);
+        let done = Rc::new(Watermark::new(0));
+        {
+            let mut s = self.state.borrow_mut();
+            let whole_pages = align_down(len as u64) as usize;
             if whole_pages == len {
                 s.bulk_pos = pos + len as u64;
             } else {
                 let page = pos + whole_pages as u64;
+                let cached = through_cache.is_some();
                 s.tail = Some(TailPage {
                     pos: page,
                     data: bulk.buf.as_bytes()[whole_pages..len].to_vec(),
                     dirty: false,
-                    last_write: Some(done.clone()),
+                    last_write: (!cached).then(|| done.clone()),
+                    cached: if cached { len - whole_pages } else { 0 },
                 });
                 s.bulk_pos = page + ALIGNMENT;
             }
-            (bulk, pos, len)
-        };
-        self.submit(bulk, pos, len, None, done);
+        }
+        match through_cache {
+            Some((result, file_end)) => {
+                self.written_through_page_cache(pos + len as u64, file_end, result);
+            }
+            None => {
+                let padded = align_up(len as u64) as usize;
+                bulk.buf.as_bytes_mut()[len..padded].fill(0);
+                self.submit_direct(bulk, pos, len, None, done);
+            }
+        }
     }
 
-    /// Starts writing `len` logical bytes of `buf` at `pos` (padded to the alignment), after
-    /// `depends_on` completes; `done` is advanced when it completes. A small write whose page
-    /// has no write in flight goes through the page cache and is done on return, unless a
-    /// direct write of the segment is pending (a page once written so is rewritten so: its
-    /// rewrites are one page, and never wait).
-    fn submit(
+    /// Writes `data` at `pos` through the page cache, if it is at most
+    /// `page_cache_write_max_bytes` and the file takes such a write now (not while a direct
+    /// write of it is pending): the result, and the file's end it reached. The caller keeps to
+    /// [`SegmentFile::write_through_page_cache`]'s rule (no page read to merge a write into).
+    /// Such a write reserves nothing ahead: the file grows with it (ext4 allocates its blocks
+    /// at write-back), and direct writes reserve from past it.
+    fn write_through_page_cache(
+        &self,
+        data: &[u8],
+        pos: u64,
+    ) -> Option<(Result<(), IoFailure>, u64)> {
+        if data.len() > self.limits.page_cache_write_max_bytes {
+            return None;
+        }
+        let result = self.file.write_through_page_cache(data, pos)?;
+        Some((result, pos + data.len() as u64))
+    }
+
+    /// Records a write through the page cache, done on return, that carried the log's bytes up
+    /// to `end` and made the file at least `file_end` long.
+    fn written_through_page_cache(&self, end: u64, file_end: u64, result: Result<(), IoFailure>) {
+        {
+            let mut s = self.state.borrow_mut();
+            s.in_flight.push_back(InFlight {
+                end,
+                done: Rc::new(Watermark::new(1)),
+            });
+            s.last_submit = Instant::now();
+        }
+        self.grown_to(file_end);
+        self.complete(result);
+    }
+
+    /// Starts writing `len` logical bytes of `buf` at `pos` directly (padded to the alignment),
+    /// after `depends_on` completes; `done` is advanced when it completes.
+    fn submit_direct(
         self: &Rc<Self>,
         buf: Buffer,
         pos: u64,
@@ -558,21 +661,6 @@ impl SegmentWriter {
         });
         s.last_submit = Instant::now();
         drop(s);
-        // A small write whose page has no write in flight: into the page cache, done now. It
-        // reserves nothing: the file grows with it (ext4 allocates its blocks at write-back),
-        // and direct writes reserve from past it.
-        let small = padded as usize <= self.limits.page_cache_write_max_bytes
-            && depends_on.as_ref().is_none_or(|prev| prev.get() >= 1);
-        if small {
-            let data = &buf.buf.as_bytes()[..padded as usize];
-            if let Some(result) = self.file.write_through_page_cache(data, pos) {
-                drop(buf);
-                self.grown_to(pos + padded);
-                done.advance(1);
-                self.complete(result);
-                return;
-            }
-        }
         self.reserve_space(pos + padded);
         let this = self.clone();
         glommio::spawn_local(async move {

@@ -179,6 +179,67 @@ fn small_writes_go_through_the_page_cache_on_the_segments_own_descriptor() {
     });
 }
 
+/// A field of this thread's IO counters (/proc/thread-self/io): `wchar` counts the bytes its
+/// write(2) calls handed over (not its io_uring writes), `read_bytes` what it read from the
+/// device.
+fn thread_io(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/thread-self/io")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn small_appends_hand_the_page_cache_each_byte_once_and_read_no_page() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig {
+            page_cache_write_max_bytes: 16 << 10,
+            ..budgets()
+        };
+        let shard = shard(dir.path(), config).await;
+        let log = open(&shard, &dir.path().join("p-0"), big_segments()).await;
+        // A batch of about 100 KiB: the write buffers that fill as it is copied go out as they
+        // fill (4, 8 and 16 KiB through the page cache, 32 KiB directly), and the flush writes
+        // the rest, over 16 KiB, directly: its last, partial page is on the device and not in
+        // the page cache. (The first append also writes the log's leader-epoch checkpoint,
+        // which is not measured.)
+        let info = log.append(records(100, 1000, 0), 0).await.unwrap();
+        log.wait_written(info.next_offset).await.unwrap();
+        let (wchar, read_bytes) = (thread_io("wchar"), thread_io("read_bytes"));
+        let mut appended = 0;
+        for round in 1..=40 {
+            let batch = records(1, 300, round);
+            appended += batch.len() as u64;
+            let info = log.append(batch, 0).await.unwrap();
+            log.wait_written(info.next_offset).await.unwrap();
+        }
+        assert_eq!(
+            thread_io("read_bytes"),
+            read_bytes,
+            "no page was read from the device to merge a small write into it"
+        );
+        if storage::resolve_io_mode(dir.path(), IoMode::Auto).unwrap() == ResolvedIoMode::Direct {
+            // The page written directly is written whole once (the page cache does not hold
+            // its start), then each append's bytes alone: not a page per append.
+            let handed = thread_io("wchar") - wchar;
+            assert!(
+                (appended..=appended + 4096).contains(&handed),
+                "{handed} bytes handed to the page cache for {appended} appended"
+            );
+        }
+        let batches = read_all(&log, 0).await;
+        assert_eq!(batches.len(), 41);
+        log.close().await.unwrap();
+        let log = open(&shard, log.dir(), big_segments()).await;
+        assert_eq!(read_all(&log, 0).await, batches, "all of it in the file");
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn a_fast_writer_reserves_more_ahead_than_a_slow_one_and_never_extends_its_file() {
     run(|| async {
