@@ -111,7 +111,6 @@ pub struct AppendInfo {
     /// The log end offset after the append; wait on it with [`Log::wait_written`] and
     /// [`Log::wait_durable`].
     pub next_offset: i64,
-    pub log_start_offset: i64,
     /// The time the batches were stamped with, on a LogAppendTime log.
     pub log_append_time_ms: Option<i64>,
 }
@@ -391,7 +390,6 @@ impl Log {
             base_offset,
             last_offset: next_offset - 1,
             next_offset,
-            log_start_offset: self.log_start_offset(),
             log_append_time_ms,
         })
     }
@@ -442,7 +440,6 @@ impl Log {
             base_offset,
             last_offset: next_offset - 1,
             next_offset,
-            log_start_offset: self.log_start_offset(),
             log_append_time_ms: None,
         })
     }
