@@ -48,16 +48,13 @@ where
             let this = shard.clone();
             let task = glommio::spawn_local(async move {
                 this.mesh()
-                    .run_on(owner, &this, move |owner_shard: Rc<Shard>| async move {
-                        let running: Vec<_> = items
+                    .run_on(owner, &this, move |owner_shard: Rc<Shard>| {
+                        // One task for the shard's part, not one per item: first polled in
+                        // order, then only as woken.
+                        let work = items
                             .into_iter()
-                            .map(|item| glommio::spawn_local(work(owner_shard.clone(), item)))
-                            .collect();
-                        let mut results = Vec::with_capacity(running.len());
-                        for task in running {
-                            results.push(task.await);
-                        }
-                        results
+                            .map(|item| work(owner_shard.clone(), item));
+                        futures_util::future::join_all(work)
                     })
                     .await
             });

@@ -2,6 +2,7 @@
 //! `BytesMut` it arrived in, never copied); the answers come back in request order.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -25,7 +26,8 @@ use crate::shard::Shard;
 const TIMEOUT_MAX: Duration = Duration::from_secs(300);
 
 struct Work {
-    topic: String,
+    /// Shared by the partitions of a topic: a request carries hundreds of them at once.
+    topic: Arc<str>,
     partition: i32,
     records: BytesMut,
 }
@@ -46,7 +48,7 @@ pub async fn handle(
     let mut work = Vec::new();
     let mut shape = Vec::new();
     for topic in request.topics {
-        let name = topic.name.to_string();
+        let name: Arc<str> = Arc::from(topic.name.as_str());
         let meta = shard.topic(&name).filter(|t| !t.internal);
         let mut indexes = Vec::with_capacity(topic.partitions.len());
         for partition in topic.partitions {
