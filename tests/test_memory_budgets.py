@@ -229,7 +229,12 @@ def test_partial_frames_stay_in_the_request_budget_and_are_closed_after_the_read
     )
     print(f"partial frames: baseline {baseline / MIB:.0f} MiB, peak {watch.peak / MIB:.0f} MiB, bound {bound / MIB:.0f}")
     assert probe_rounds >= 5, f"the ordinary client got only {probe_rounds} round trips done"
-    assert max(latencies) < 1.0, f"an ordinary produce+fetch took {max(latencies):.2f}s under the attack"
+    # A client starved behind the hostile frames would wait until the broker closes them, the
+    # read timeout (3 s) after they started: its round takes 2-3 s. One round of 1.1-1.5 s
+    # among rounds of milliseconds is this shared machine stalling the probe's fsync (seen
+    # 2026-12-03, 1 run in 4-9, with the broker builds before and after that day's changes),
+    # so the bound sits between the two.
+    assert max(latencies) < 2.0, f"an ordinary produce+fetch took {max(latencies):.2f}s under the attack"
     log = broker.log_path.read_text(errors="replace")
     timeouts = log.count(f"frame not complete within {int(read_timeout_s * 1000)} ms")
     assert timeouts == connections, f"{timeouts} read-timeout log lines for {connections} connections"
