@@ -51,10 +51,10 @@ where
                     .run_on(owner, &this, move |owner_shard: Rc<Shard>| {
                         // One task for the shard's part, not one per item: first polled in
                         // order, then only as woken.
-                        let work = items
+                        let items = items
                             .into_iter()
                             .map(|item| work(owner_shard.clone(), item));
-                        futures_util::future::join_all(work)
+                        futures_util::future::join_all(items)
                     })
                     .await
             });
