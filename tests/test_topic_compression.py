@@ -15,7 +15,14 @@ from conftest import Broker
 
 ZSTD = 4
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+# The records are stamped in 2023: with the default 7-day retention, a retention pass during a
+# test would rightly delete them (Kafka's too), so every topic here keeps its records forever.
 BASE_TIMESTAMP_MS = 1_700_000_000_000
+
+
+def create_topic(broker: Broker, topic: str, config: dict[str, str] | None = None) -> None:
+    """A one-partition topic that keeps records stamped BASE_TIMESTAMP_MS."""
+    clients.create_topic(broker.bootstrap, topic, 1, {"retention.ms": "-1", **(config or {})})
 
 
 def stored_batches(broker: Broker, topic: str) -> tuple[bytes, list[kafka_wire.BatchHeader]]:
@@ -56,7 +63,7 @@ def read_back(broker: Broker, topic: str, count: int) -> list:
 
 def test_a_zstd_topic_stores_zstd_whatever_the_producer_sent(broker: Broker, unique) -> None:
     topic = unique("topic")
-    clients.create_topic(broker.bootstrap, topic, 1, {"compression.type": "zstd"})
+    create_topic(broker, topic, {"compression.type": "zstd"})
     sent = [("none", 0, 40), ("gzip", 40, 40), ("lz4", 80, 40), ("snappy", 120, 40)]
     for codec, first, count in sent:
         produce_with(broker, topic, codec, first, count)
@@ -103,7 +110,7 @@ def without_offset_and_epoch(batch: bytes) -> bytes:
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 def test_a_producer_topic_stores_batches_byte_for_byte(broker: Broker, unique, codec: str) -> None:
     topic = unique("topic")
-    clients.create_topic(broker.bootstrap, topic, 1)  # compression.type=producer, the default
+    create_topic(broker, topic)  # compression.type=producer, the default
     sent = raw_batch(30, CODECS[codec])
     with kafka_wire.Connection(broker.host, broker.port) as conn:
         assert kafka_wire.produce(conn, topic, 0, sent) == (kafka_wire.ERROR_NONE, 0)
@@ -115,7 +122,7 @@ def test_a_producer_topic_stores_batches_byte_for_byte(broker: Broker, unique, c
 
 def test_a_producer_topic_keeps_each_batch_in_its_producers_codec(broker: Broker, unique) -> None:
     topic = unique("topic")
-    clients.create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker, topic)
     produce_with(broker, topic, "lz4", 0, 20)
     produce_with(broker, topic, "none", 20, 20)
     _, headers = stored_batches(broker, topic)
@@ -127,7 +134,7 @@ def test_a_producer_topic_keeps_each_batch_in_its_producers_codec(broker: Broker
 
 def test_a_recompressed_batch_gets_a_new_crc_and_a_topic_can_be_switched(broker: Broker, unique) -> None:
     topic = unique("topic")
-    clients.create_topic(broker.bootstrap, topic, 1, {"compression.type": "gzip"})
+    create_topic(broker, topic, {"compression.type": "gzip"})
     sent = raw_batch(30)
     with kafka_wire.Connection(broker.host, broker.port) as conn:
         assert kafka_wire.produce(conn, topic, 0, sent) == (kafka_wire.ERROR_NONE, 0)
