@@ -19,10 +19,11 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Tells mimalloc never to hand freed memory back to the kernel. By default it does so after a
 /// second unused, and a broker's memory comes and goes on that scale (cached batches evicted,
 /// request buffers freed between bursts): at 10,000 partitions the shard took 35,000-70,000 page
-/// faults in 12 s, each a page zeroed again, 4-9% of its time; none with this. On a VM whose host
-/// takes back the guest's free pages, as this project's test machines do, a page's first touch
-/// costs about 60 µs more. What the broker holds is bounded by its budgets (cache, request and
-/// fetch memory, write buffers), so keeping its peak costs no more than the budgets allow.
+/// faults in 12 s, each a page zeroed again, 4-9% of its time; with this, a few dozen once the
+/// process has grown to its peak. On a VM whose host takes back the guest's free pages, as this
+/// project's test machines do, a page's first touch costs about 60 µs more. What the broker holds
+/// is bounded by its budgets (cache, request and fetch memory, write buffers), so keeping its
+/// peak costs no more than the budgets allow.
 fn keep_freed_memory() {
     // SAFETY: mi_option_set only stores the value; mimalloc reads it when it next considers
     // purging, from any thread.
