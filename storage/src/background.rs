@@ -10,7 +10,8 @@
 //! of its writes are in flight (up to `writes_in_flight_max`), at most one sync, and an idle
 //! log has no task at all.
 //!
-//! The timer ticks every [`TICK`]: it checks the free space of the data directory, and goes
+//! The timer ticks every [`TICK`]: it checks the free space of the data directory, drops the
+//! pages written through the page cache that are due ([`crate::page_cache`]), and goes
 //! over the logs that may have timed work (data older than `flush.ms`, space reserved ahead
 //! that an idle writer should give back). A log is on that list only from its first append
 //! until it has nothing left to do.
@@ -18,7 +19,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::future;
 
@@ -132,6 +133,7 @@ async fn run_timer(storage: Weak<ShardStorage>) {
             return;
         };
         storage.space.check();
+        storage.page_cache.release_due(Instant::now());
         if tick % TICKS_PER_LOG_PASS != 0 {
             continue;
         }

@@ -162,6 +162,13 @@ pub struct SegmentFile {
     /// before the first, or after a failed one): a write that starts there needs no seek.
     /// Nothing else moves it: every read and write through io_uring names its own position.
     page_cache_cursor: Cell<Option<u64>>,
+    /// The whole pages this file wrote through the page cache and has not released yet
+    /// (`[start, end)`, page-aligned; empty when equal): the page that a write through it ends
+    /// inside is not whole yet, the writer fills it further. Only for a direct file, which
+    /// never reads them through the page cache (see [`crate::page_cache`]).
+    page_cache_pages: Cell<(u64, u64)>,
+    /// On the shard's queue of files whose pages are to be released.
+    pub(crate) release_queued: Cell<bool>,
 }
 
 /// Counts a direct write as pending for as long as it lives.
@@ -201,6 +208,8 @@ impl SegmentFile {
             page_cache_mode: Cell::new(false),
             direct_writes_pending: Cell::new(0),
             page_cache_cursor: Cell::new(None),
+            page_cache_pages: Cell::new((0, 0)),
+            release_queued: Cell::new(false),
         })
     }
 
@@ -318,6 +327,11 @@ impl SegmentFile {
     /// wait for (a plain truncate(2) on the shard made a start after kill -9 of 10,000
     /// partitions 3 s slower).
     pub async fn truncate(&self, len: u64) -> Result<(), IoFailure> {
+        // Pages from the cut on are not whole any more: the writer may write into the page the
+        // cut lands in, which must then still be in the page cache.
+        let (start, end) = self.page_cache_pages.get();
+        let end = end.min(align_down(len));
+        self.page_cache_pages.set((start.min(end), end));
         match &self.inner {
             Inner::Direct(f) => f.truncate(len).await,
             Inner::Buffered(f) => f.truncate(len).await,
@@ -407,9 +421,57 @@ impl SegmentFile {
         let cursor = self.page_cache_cursor.take();
         let result = self.seek_and_write(data, pos, cursor != Some(pos));
         if result.is_ok() {
-            self.page_cache_cursor.set(Some(pos + data.len() as u64));
+            let end = pos + data.len() as u64;
+            self.page_cache_cursor.set(Some(end));
+            if matches!(self.inner, Inner::Direct(_)) {
+                let (start, whole_end) = self.page_cache_pages.get();
+                let (first, last) = (align_down(pos), align_down(end));
+                if first < last {
+                    let start = if start == whole_end {
+                        first
+                    } else {
+                        start.min(first)
+                    };
+                    self.page_cache_pages.set((start, whole_end.max(last)));
+                }
+            }
         }
         result
+    }
+
+    /// The end of the whole pages written through the page cache and not released yet, if
+    /// there are any.
+    pub fn page_cache_pages_end(&self) -> Option<u64> {
+        let (start, end) = self.page_cache_pages.get();
+        (start < end).then_some(end)
+    }
+
+    /// Asks the kernel to drop from the page cache the whole pages written through it below
+    /// `end` (posix_fadvise DONTNEED), and forgets them. Pages still dirty are written back
+    /// instead and stay until the kernel reclaims them. Advice: a failure changes no data.
+    pub fn release_page_cache(&self, end: u64) -> Result<(), IoFailure> {
+        use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+        let (start, whole_end) = self.page_cache_pages.get();
+        let end = end.min(whole_end);
+        if start >= end {
+            return Ok(());
+        }
+        self.page_cache_pages.set((end, whole_end));
+        let range = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let (offset, len) = (range(start), range(end - start));
+        posix_fadvise(
+            self.raw_fd(),
+            offset,
+            len,
+            PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .map_err(|e| {
+            IoFailure::new(
+                "releasing the page cache of",
+                &self.path,
+                &io::Error::from(e),
+            )
+        })
     }
 
     fn seek_and_write(&self, mut data: &[u8], pos: u64, seek: bool) -> Result<(), IoFailure> {

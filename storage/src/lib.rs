@@ -18,6 +18,7 @@
 //! - [`writer`]: aligned write-behind buffers for the active segment.
 //! - [`segment`]: one segment: bookkeeping, validation scans, reads.
 //! - [`cache`]: the per-shard cache of recent batches under a memory budget.
+//! - `page_cache`: dropping pages written through the page cache once the kernel wrote them back.
 //! - `readahead`: reading the next stretch of a segment file while a sequential read's answer
 //!   travels.
 //! - [`fifo_lock`]: the lock that keeps appends in the order they were asked for.
@@ -41,6 +42,7 @@ mod file;
 mod index;
 mod index_budget;
 pub mod log;
+mod page_cache;
 mod readahead;
 mod recovery;
 mod segment;

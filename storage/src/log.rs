@@ -27,6 +27,7 @@ use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
 use crate::index_budget::{IndexBudget, IndexLoad};
+use crate::page_cache::PageCacheRelease;
 use crate::readahead::{Continuation, ReadAhead};
 use crate::segment::{self, Indexes, Segment};
 use crate::space::FreeSpace;
@@ -48,6 +49,7 @@ pub struct ShardStorage {
     pub(crate) background: Background,
     pub(crate) space: FreeSpace,
     pub(crate) indexes: IndexBudget,
+    pub(crate) page_cache: Rc<PageCacheRelease>,
 }
 
 impl ShardStorage {
@@ -67,6 +69,7 @@ impl ShardStorage {
             background: Background::new(),
             space: FreeSpace::new(data_dir, config.min_free_bytes),
             indexes: IndexBudget::new(config.index_bytes_max as u64),
+            page_cache: Rc::new(PageCacheRelease::default()),
             config,
             io_mode,
         });
@@ -99,6 +102,7 @@ impl ShardStorage {
             buffers: self.write_buffers.clone(),
             reserve_ahead: self.reserve_ahead.clone(),
             page_cache_write_max_bytes: self.config.page_cache_write_max_bytes,
+            page_cache: self.page_cache.clone(),
         }
     }
 }

@@ -32,7 +32,9 @@
 //! page from the device to merge a write into it. A page written this way is written that way
 //! again (its rewrites wait for nothing), so direct writes mostly keep clear of pages the page
 //! cache may hold dirty: one over such a page is still right (the kernel writes the page back
-//! first) but goes to a worker thread. The exception is a writer with a direct write pending:
+//! first) but goes to a worker thread. Whole pages such writes leave in the page cache are
+//! dropped once the kernel has written them back ([`crate::page_cache`]): nothing reads them
+//! there. The exception is a writer with a direct write pending:
 //! the segment's descriptor keeps O_DIRECT on until it completes, so a small write then goes
 //! directly too.
 //!
@@ -58,6 +60,7 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Grant};
 use crate::error::IoFailure;
 use crate::file::{ALIGNMENT, SegmentFile, WriteBuf, align_down, align_up};
+use crate::page_cache::PageCacheRelease;
 use crate::watermark::{Reached, Watermark};
 
 const PAGE_BYTES: usize = ALIGNMENT as usize;
@@ -90,6 +93,8 @@ pub struct WriterLimits {
     pub reserve_ahead: Rc<Budget>,
     /// Writes of at most this many bytes go through the page cache (0: none do).
     pub page_cache_write_max_bytes: usize,
+    /// Where the whole pages written through the page cache are dropped once written back.
+    pub page_cache: Rc<PageCacheRelease>,
 }
 
 impl WriterLimits {
@@ -652,6 +657,7 @@ impl SegmentWriter {
             return None;
         }
         let result = self.file.write_through_page_cache(data, pos)?;
+        self.limits.page_cache.note(&self.file);
         Some((result, pos + data.len() as u64))
     }
 
