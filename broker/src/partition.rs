@@ -58,7 +58,27 @@ pub struct Produced {
     pub log_append_time_ms: i64,
 }
 
+/// A produce's records, appended and waiting to be acknowledged.
+#[derive(Debug)]
+pub struct Pending {
+    appended: Appended,
+    /// The leader epoch they were appended in.
+    epoch: LeaderEpoch,
+}
+
+impl Pending {
+    /// The answer when the request's deadline passed first.
+    pub fn timed_out(&self, timeout: Duration) -> Produced {
+        let base_offset = self.appended.base_offset;
+        Produced::failed(
+            ResponseError::RequestTimedOut,
+            format!("records at {base_offset} not acknowledged within {timeout:?}"),
+        )
+    }
+}
+
 /// Where a record set went.
+#[derive(Debug, Clone, Copy)]
 struct Appended {
     base_offset: i64,
     next_offset: i64,
@@ -193,60 +213,55 @@ impl Partition {
         self.compression.set(compression);
     }
 
-    /// Appends a producer's record set and waits as `acks` and `durability` say, at most
-    /// `timeout`.
-    pub async fn produce(
+    /// Appends a producer's record set: the first half of a produce, never cut short by its
+    /// timeout (an append stopped half way would leave the log's lock or the batch in doubt).
+    /// Then [`Self::acknowledge`] waits, under the request's one deadline.
+    pub async fn append_produced(
         &self,
         records: BytesMut,
         acks: Acks,
-        durability: Durability,
-        timeout: Duration,
-    ) -> Produced {
+    ) -> Result<Pending, Produced> {
         let records = match self.compression.get() {
             TopicCompression::Producer => records,
             TopicCompression::Codec(codec) => {
                 let max_bytes = self.log.config().max_message_bytes;
-                match recompress::recompress(records, codec, max_bytes) {
-                    Ok(records) => records,
-                    Err(e) => return recompress_failed(e),
-                }
+                recompress::recompress(records, codec, max_bytes).map_err(recompress_failed)?
             }
         };
-        let first = match BatchHeader::parse(&records) {
-            Ok(h) => h,
-            Err(e) => {
-                return append_failed(AppendError::InvalidBatch {
-                    position: 0,
-                    source: e,
-                });
-            }
-        };
-        let (
-            Appended {
-                base_offset,
-                next_offset,
-                log_append_time_ms,
-            },
-            epoch,
-        ) = match self.append_as_leader(records, acks, &first).await {
-            Ok(appended) => appended,
-            Err(produced) => return produced,
-        };
-        let wait = self.wait_acks(acks, durability, epoch, next_offset);
-        let waited = glommio::timer::timeout(timeout, async { Ok(wait.await) }).await;
-        match waited {
-            Ok(Ok(())) => Produced {
+        let first = BatchHeader::parse(&records).map_err(|e| {
+            append_failed(AppendError::InvalidBatch {
+                position: 0,
+                source: e,
+            })
+        })?;
+        let (appended, epoch) = self.append_as_leader(records, acks, &first).await?;
+        Ok(Pending { appended, epoch })
+    }
+
+    /// Waits until `pending` is acknowledged as `acks` and `durability` say; the answer.
+    pub async fn acknowledge(
+        &self,
+        pending: &Pending,
+        acks: Acks,
+        durability: Durability,
+    ) -> Produced {
+        let Appended {
+            base_offset,
+            next_offset,
+            log_append_time_ms,
+        } = pending.appended;
+        match self
+            .wait_acks(acks, durability, pending.epoch, next_offset)
+            .await
+        {
+            Ok(()) => Produced {
                 error: None,
                 message: None,
                 base_offset,
                 log_start_offset: self.log.log_start_offset(),
                 log_append_time_ms: log_append_time_ms.unwrap_or(-1),
             },
-            Ok(Err(failed)) => failed,
-            Err(_) => Produced::failed(
-                ResponseError::RequestTimedOut,
-                format!("records at {base_offset} not acknowledged within {timeout:?}"),
-            ),
+            Err(failed) => failed,
         }
     }
 
@@ -575,13 +590,13 @@ mod tests {
                     Partition::new("t".into(), 0, log, LeaderEpoch::default(), None)
                 };
                 async fn produce(p: &Partition, sequence: i32) -> Produced {
-                    p.produce(
-                        idempotent_batch(sequence),
-                        Acks::All,
-                        Durability::Fsync,
-                        Duration::from_secs(10),
-                    )
-                    .await
+                    match p
+                        .append_produced(idempotent_batch(sequence), Acks::All)
+                        .await
+                    {
+                        Ok(pending) => p.acknowledge(&pending, Acks::All, Durability::Fsync).await,
+                        Err(refused) => refused,
+                    }
                 }
                 let p = open().await;
                 assert_eq!(produce(&p, 0).await.base_offset, 0);

@@ -34,6 +34,35 @@ where
     F: Fn(Rc<Shard>, I) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = R> + 'static,
 {
+    on_owners_by_part(
+        shard,
+        items,
+        move |owner: Rc<Shard>, items: Vec<I>| {
+            // One task for the shard's part, not one per item: first polled in order, then
+            // only as woken.
+            let work = work.clone();
+            futures_util::future::join_all(items.into_iter().map(move |i| work(owner.clone(), i)))
+        },
+        gone,
+    )
+    .await
+}
+
+/// Runs `part` once on each shard that owns items (`owner`), with that shard's items in their
+/// order, the shards at once; `part` answers each of its items, in order. Results come back in
+/// the order of `items`. An item whose shard is gone gets `gone()`.
+pub async fn on_owners_by_part<I, R, F, Fut>(
+    shard: &Rc<Shard>,
+    items: Vec<(usize, I)>,
+    part: F,
+    gone: fn() -> R,
+) -> Vec<R>
+where
+    I: Send + 'static,
+    R: Send + 'static,
+    F: Fn(Rc<Shard>, Vec<I>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = Vec<R>> + 'static,
+{
     let count = items.len();
     let mut by_owner: BTreeMap<usize, Vec<(usize, I)>> = BTreeMap::new();
     for (position, (owner, item)) in items.into_iter().enumerate() {
@@ -44,17 +73,12 @@ where
         .map(|(owner, items)| {
             let positions: Vec<usize> = items.iter().map(|(p, _)| *p).collect();
             let items: Vec<I> = items.into_iter().map(|(_, i)| i).collect();
-            let work = work.clone();
+            let part = part.clone();
             let this = shard.clone();
             let task = glommio::spawn_local(async move {
                 this.mesh()
                     .run_on(owner, &this, move |owner_shard: Rc<Shard>| {
-                        // One task for the shard's part, not one per item: first polled in
-                        // order, then only as woken.
-                        let items = items
-                            .into_iter()
-                            .map(|item| work(owner_shard.clone(), item));
-                        futures_util::future::join_all(items)
+                        part(owner_shard, items)
                     })
                     .await
             });
@@ -65,6 +89,7 @@ where
     for (positions, task) in tasks {
         match task.await {
             Ok(answers) => {
+                assert_eq!(answers.len(), positions.len(), "a part answers each item");
                 for (position, answer) in positions.into_iter().zip(answers) {
                     results[position] = Some(answer);
                 }
