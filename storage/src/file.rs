@@ -610,10 +610,32 @@ pub fn align_down(v: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
+    use std::future::Future;
+
     use super::*;
+
+    /// Runs `test` on a glommio executor with a fresh directory, its IO mode resolved and direct
+    /// IO calibrated, as a shard's storage starts.
+    pub(crate) fn on_calibrated_dir<F, Fut>(test: F)
+    where
+        F: FnOnce(PathBuf, ResolvedIoMode) -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
+                calibrate_direct_io(&root, mode).await.unwrap();
+                test(root, mode).await;
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 
     #[test]
     fn an_unsynced_rewrite_leaves_exactly_the_new_content() {
@@ -635,58 +657,50 @@ mod tests {
 
     #[test]
     fn page_cache_and_direct_writes_take_turns_on_one_descriptor() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move {
-                let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
-                calibrate_direct_io(&root, mode).await.unwrap();
-                let file = SegmentFile::open(&root.join("0.log"), mode, true)
-                    .await
-                    .unwrap();
-                let direct = mode == ResolvedIoMode::Direct;
+        on_calibrated_dir(|root, mode| async move {
+            let file = SegmentFile::open(&root.join("0.log"), mode, true)
+                .await
+                .unwrap();
+            let direct = mode == ResolvedIoMode::Direct;
+            assert_eq!(is_direct(&file), direct);
+            let page = |byte: u8| vec![byte; ALIGNMENT as usize];
+            file.write_through_page_cache(&page(1), 0).unwrap().unwrap();
+            assert!(!is_direct(&file), "the page went through the page cache");
+            let mut buf = file.alloc(2 * ALIGNMENT as usize);
+            buf.as_bytes_mut().fill(2);
+            file.write_at(buf, 2 * ALIGNMENT as usize, ALIGNMENT)
+                .await
+                .unwrap();
+            assert_eq!(is_direct(&file), direct, "direct again for a direct write");
+            // Over the page the page cache holds: still the newest bytes on top.
+            file.write_through_page_cache(&page(3), 2 * ALIGNMENT)
+                .unwrap()
+                .unwrap();
+            let mut buf = file.alloc(ALIGNMENT as usize);
+            buf.as_bytes_mut().fill(4);
+            file.write_at(buf, ALIGNMENT as usize, 2 * ALIGNMENT)
+                .await
+                .unwrap();
+            // While a direct write is queued or in flight the flag stays on: the write must
+            // reach the kernel as the direct write it was queued as.
+            let mut buf = file.alloc(ALIGNMENT as usize);
+            buf.as_bytes_mut().fill(5);
+            let mut queued = Box::pin(file.write_at(buf, ALIGNMENT as usize, 3 * ALIGNMENT));
+            let first_poll = futures_lite::future::poll_once(&mut queued).await;
+            if direct && first_poll.is_none() {
+                assert!(
+                    file.write_through_page_cache(&page(6), 4 * ALIGNMENT)
+                        .is_none()
+                );
                 assert_eq!(is_direct(&file), direct);
-                let page = |byte: u8| vec![byte; ALIGNMENT as usize];
-                file.write_through_page_cache(&page(1), 0).unwrap().unwrap();
-                assert!(!is_direct(&file), "the page went through the page cache");
-                let mut buf = file.alloc(2 * ALIGNMENT as usize);
-                buf.as_bytes_mut().fill(2);
-                file.write_at(buf, 2 * ALIGNMENT as usize, ALIGNMENT)
-                    .await
-                    .unwrap();
-                assert_eq!(is_direct(&file), direct, "direct again for a direct write");
-                // Over the page the page cache holds: still the newest bytes on top.
-                file.write_through_page_cache(&page(3), 2 * ALIGNMENT)
-                    .unwrap()
-                    .unwrap();
-                let mut buf = file.alloc(ALIGNMENT as usize);
-                buf.as_bytes_mut().fill(4);
-                file.write_at(buf, ALIGNMENT as usize, 2 * ALIGNMENT)
-                    .await
-                    .unwrap();
-                // While a direct write is queued or in flight the flag stays on: the write must
-                // reach the kernel as the direct write it was queued as.
-                let mut buf = file.alloc(ALIGNMENT as usize);
-                buf.as_bytes_mut().fill(5);
-                let mut queued = Box::pin(file.write_at(buf, ALIGNMENT as usize, 3 * ALIGNMENT));
-                let first_poll = futures_lite::future::poll_once(&mut queued).await;
-                if direct && first_poll.is_none() {
-                    assert!(
-                        file.write_through_page_cache(&page(6), 4 * ALIGNMENT)
-                            .is_none()
-                    );
-                    assert_eq!(is_direct(&file), direct);
-                }
-                queued.await.unwrap();
-                let mut want = page(1);
-                want.extend(page(2));
-                want.extend(page(4));
-                want.extend(page(5));
-                assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
-                file.close().await.unwrap();
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            }
+            queued.await.unwrap();
+            let mut want = page(1);
+            want.extend(page(2));
+            want.extend(page(4));
+            want.extend(page(5));
+            assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
+            file.close().await.unwrap();
+        });
     }
 }

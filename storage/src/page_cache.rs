@@ -112,8 +112,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::IoMode;
-    use crate::file::{ALIGNMENT, ResolvedIoMode, calibrate_direct_io, resolve_io_mode};
+    use crate::file::tests::on_calibrated_dir;
+    use crate::file::{ALIGNMENT, ResolvedIoMode, align_up};
 
     /// Bytes of `path` the page cache holds, as util-linux's fincore counts them.
     fn resident_bytes(path: &Path) -> u64 {
@@ -132,63 +132,51 @@ mod tests {
 
     #[test]
     fn whole_pages_written_through_the_page_cache_are_dropped_once_due_and_the_filling_one_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move {
-                let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
-                calibrate_direct_io(&root, mode).await.unwrap();
-                let path = root.join("0.log");
-                let file = Rc::new(SegmentFile::open(&path, mode, true).await.unwrap());
-                let release = PageCacheRelease::default();
-                let page = ALIGNMENT;
-                // Eight and a half pages, a record at a time, as a slow partition appends.
-                let record = [7u8; 2048];
-                for i in 0..17 {
-                    file.write_through_page_cache(&record, i * 2048)
-                        .unwrap()
-                        .unwrap();
-                    release.note(&file);
-                }
-                file.fdatasync().await.unwrap();
-                let written = 17 * 2048;
-                assert_eq!(resident_bytes(&path), align_up_page(written));
-                let start = Instant::now();
-                if mode == ResolvedIoMode::Buffered {
-                    // Reads go through the page cache here: nothing to drop.
-                    assert_eq!(release.queued(), 0);
-                    return;
-                }
-                assert_eq!(release.queued(), 1, "queued once, however many writes");
-                assert_eq!(file.page_cache_pages_end(), Some(8 * page));
-                release.release_due(start);
-                assert_eq!(resident_bytes(&path), align_up_page(written), "not due yet");
-                // Due: the pages whole when the file was queued (its first), and the file
-                // queued again for the pages that became whole after that.
-                release.release_due(start + RELEASE_AFTER);
-                assert_eq!(resident_bytes(&path), align_up_page(written) - page);
-                assert_eq!(release.queued(), 1);
-                release.release_due(start + 2 * RELEASE_AFTER);
-                assert_eq!(resident_bytes(&path), page, "only the page being filled");
-                assert_eq!(release.queued(), 0);
-                assert_eq!(file.page_cache_pages_end(), None);
-                // The writer goes on from inside the kept page; the bytes stay right.
-                file.write_through_page_cache(&[9u8; 4096], written)
+        on_calibrated_dir(|root, mode| async move {
+            let path = root.join("0.log");
+            let file = Rc::new(SegmentFile::open(&path, mode, true).await.unwrap());
+            let release = PageCacheRelease::default();
+            let page = ALIGNMENT;
+            // Eight and a half pages, a record at a time, as a slow partition appends.
+            let record = [7u8; 2048];
+            for i in 0..17 {
+                file.write_through_page_cache(&record, i * 2048)
                     .unwrap()
                     .unwrap();
                 release.note(&file);
-                assert_eq!(file.page_cache_pages_end(), Some(9 * page));
-                assert_eq!(release.queued(), 1);
-                let mut want = vec![7u8; written as usize];
-                want.extend([9u8; 4096]);
-                assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-    }
-
-    fn align_up_page(v: u64) -> u64 {
-        crate::file::align_up(v)
+            }
+            file.fdatasync().await.unwrap();
+            let written = 17 * 2048;
+            assert_eq!(resident_bytes(&path), align_up(written));
+            let start = Instant::now();
+            if mode == ResolvedIoMode::Buffered {
+                // Reads go through the page cache here: nothing to drop.
+                assert_eq!(release.queued(), 0);
+                return;
+            }
+            assert_eq!(release.queued(), 1, "queued once, however many writes");
+            assert_eq!(file.page_cache_pages_end(), Some(8 * page));
+            release.release_due(start);
+            assert_eq!(resident_bytes(&path), align_up(written), "not due yet");
+            // Due: the pages whole when the file was queued (its first), and the file
+            // queued again for the pages that became whole after that.
+            release.release_due(start + RELEASE_AFTER);
+            assert_eq!(resident_bytes(&path), align_up(written) - page);
+            assert_eq!(release.queued(), 1);
+            release.release_due(start + 2 * RELEASE_AFTER);
+            assert_eq!(resident_bytes(&path), page, "only the page being filled");
+            assert_eq!(release.queued(), 0);
+            assert_eq!(file.page_cache_pages_end(), None);
+            // The writer goes on from inside the kept page; the bytes stay right.
+            file.write_through_page_cache(&[9u8; 4096], written)
+                .unwrap()
+                .unwrap();
+            release.note(&file);
+            assert_eq!(file.page_cache_pages_end(), Some(9 * page));
+            assert_eq!(release.queued(), 1);
+            let mut want = vec![7u8; written as usize];
+            want.extend([9u8; 4096]);
+            assert_eq!(file.read_at(0, want.len()).await.unwrap(), want);
+        });
     }
 }
