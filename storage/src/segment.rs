@@ -15,6 +15,13 @@ use crate::index_budget::IndexLoad;
 /// Scans read the file in pieces of this size.
 const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
+/// A scan's next read with `left` bytes of the file to go: a chunk, or less at the end. Never
+/// more than is left: a direct read past the end makes the kernel zero the rest of the buffer,
+/// which cost every log a 1 MiB memset at start-up (40% of a 10,000-partition start).
+fn scan_read_bytes(left: u64) -> usize {
+    usize::try_from(left).map_or(SCAN_CHUNK_BYTES, |left| left.min(SCAN_CHUNK_BYTES))
+}
+
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
 }
@@ -329,7 +336,7 @@ impl Segment {
             }
             let mut at = (pos - window_pos) as usize;
             if window.len() < at + HEADER_BYTES {
-                window = self.file.read_at(pos, SCAN_CHUNK_BYTES).await?;
+                window = self.file.read_at(pos, scan_read_bytes(left)).await?;
                 window_pos = pos;
                 at = 0;
             }
@@ -359,7 +366,10 @@ impl Segment {
                 )));
             }
             if window.len() < at + size {
-                window = self.file.read_at(pos, size.max(SCAN_CHUNK_BYTES)).await?;
+                window = self
+                    .file
+                    .read_at(pos, size.max(scan_read_bytes(left)))
+                    .await?;
                 window_pos = pos;
                 at = 0;
             }
@@ -395,7 +405,10 @@ impl Segment {
         while pos + HEADER_BYTES as u64 <= self.size_bytes && next_offset < self.next_offset {
             let mut at = (pos - window_pos) as usize;
             if pos < window_pos || window.len() < at + HEADER_BYTES {
-                window = self.file.read_at(pos, SCAN_CHUNK_BYTES).await?;
+                window = self
+                    .file
+                    .read_at(pos, scan_read_bytes(self.size_bytes - pos))
+                    .await?;
                 window_pos = pos;
                 at = 0;
             }
