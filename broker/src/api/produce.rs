@@ -141,15 +141,15 @@ pub async fn handle(
                     if version >= 8 && a.error.is_some() {
                         r = r.with_error_message(a.message.map(StrBytes::from_string));
                     }
-                    let leader = metadata
-                        .topics
-                        .get(name.as_str())
-                        .and_then(|t| t.partition(index))
+                    // Looked up only for a refusal: a request keyed over thousands of
+                    // partitions would otherwise pay a metadata look-up per partition.
+                    let refused =
+                        version >= 10 && a.error == Some(ResponseError::NotLeaderOrFollower);
+                    let leader = refused
+                        .then(|| metadata.topics.get(name.as_str())?.partition(index))
+                        .flatten()
                         .and_then(|p| Some((p.leader?, p.leader_epoch)));
-                    if let (true, Some((node, epoch))) = (
-                        version >= 10 && a.error == Some(ResponseError::NotLeaderOrFollower),
-                        leader,
-                    ) {
+                    if let Some((node, epoch)) = leader {
                         leaders.insert(node);
                         r = r.with_current_leader(
                             LeaderIdAndEpoch::default()
