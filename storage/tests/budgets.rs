@@ -241,6 +241,49 @@ fn small_appends_hand_the_page_cache_each_byte_once_and_read_no_page() {
 }
 
 #[test]
+fn an_append_through_the_page_cache_is_one_write_even_across_a_page_boundary() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig {
+            page_cache_write_max_bytes: 16 << 10,
+            ..budgets()
+        };
+        let shard = shard(dir.path(), config).await;
+        let log = open(&shard, &dir.path().join("p-0"), big_segments()).await;
+        // The first append also writes the log's leader-epoch checkpoint: not measured.
+        let first = records(1, 1500, 0);
+        let mut position = first.len() as u64;
+        let info = log.append(first, 0).await.unwrap();
+        log.wait_written(info.next_offset).await.unwrap();
+        let mut crossed = 0;
+        for round in 1..=40 {
+            let batch = records(1, 1500, round);
+            let end = position + batch.len() as u64;
+            crossed += usize::from((end - 1) / 4096 > position / 4096);
+            position = end;
+            let writes = thread_io("syscw");
+            let info = log.append(batch, 0).await.unwrap();
+            log.wait_written(info.next_offset).await.unwrap();
+            assert_eq!(
+                thread_io("syscw") - writes,
+                1,
+                "round {round}: one write(2) an append, to {end}"
+            );
+        }
+        assert!(
+            crossed >= 10,
+            "the appends crossed page boundaries: {crossed}"
+        );
+        let batches = read_all(&log, 0).await;
+        assert_eq!(batches.len(), 41);
+        log.close().await.unwrap();
+        let log = open(&shard, log.dir(), big_segments()).await;
+        assert_eq!(read_all(&log, 0).await, batches, "all of it in the file");
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
 fn a_fast_writer_reserves_more_ahead_than_a_slow_one_and_never_extends_its_file() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
