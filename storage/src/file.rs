@@ -262,6 +262,12 @@ impl SegmentFile {
 
     /// Reads `len` bytes at `pos` (any alignment) into memory. Returns fewer at end of file.
     pub async fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>, IoFailure> {
+        if len == 0 {
+            // Not handed to glommio: with its buffer pool spent it takes a read's buffer from
+            // the heap, which has none of no bytes, and panics (an empty index file after a
+            // kill -9 took a shard down at start-up).
+            return Ok(Vec::new());
+        }
         let result = match &self.inner {
             Inner::Direct(f) => f.read_at(pos, len).await,
             Inner::Buffered(f) => f.read_at(pos, len).await,
@@ -631,6 +637,34 @@ pub(crate) mod tests {
                 let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
                 calibrate_direct_io(&root, mode).await.unwrap();
                 test(root, mode).await;
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn an_empty_file_reads_as_empty_with_the_io_memory_spent() {
+        // glommio takes a read's buffer from the executor's pool (`io_memory`, which the write
+        // buffers share) or, with the pool spent, from the heap, which has no buffer of no
+        // bytes: it panics ("Buffer allocation failed"). An index file left empty by a kill -9
+        // took a shard down that way at start-up, under load.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                let mode = resolve_io_mode(&root, IoMode::Auto).unwrap();
+                calibrate_direct_io(&root, mode).await.unwrap();
+                let path = root.join("00000000000000000000.index");
+                std::fs::write(&path, b"").unwrap();
+                let segment = SegmentFile::open(&root.join("0.log"), mode, true)
+                    .await
+                    .unwrap();
+                let _spent: Vec<_> = (0..512).map(|_| segment.alloc(4096)).collect();
+                assert_eq!(read_file(&path).await.unwrap(), Some(Vec::new()));
+                assert!(segment.read_at(0, 0).await.unwrap().is_empty());
+                segment.close().await.unwrap();
             })
             .unwrap()
             .join()
