@@ -332,10 +332,10 @@ impl SegmentWriter {
                 rest = &rest[n..];
                 if tail.data.len() == PAGE_BYTES {
                     let unwritten = tail.last_write.as_ref().is_none_or(|w| w.get() >= 1);
+                    let page = tail.pos;
                     if unwritten && self.limits.page_cache_write_max_bytes > 0 {
-                        let full = s.tail.take();
-                        s.bulk_pos = full.as_ref().map_or(s.bulk_pos, |t| t.pos + ALIGNMENT);
-                        s.held_tail = full;
+                        debug_assert_eq!(s.bulk_pos, page + ALIGNMENT, "bulk after the tail");
+                        s.held_tail = s.tail.take();
                     } else {
                         drop(s);
                         self.submit_tail();

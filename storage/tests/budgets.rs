@@ -7,11 +7,13 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 use common::*;
 use storage::{
-    AppendError, IoMode, LogConfig, RESERVE_AHEAD_FLOOR_BYTES, ResolvedIoMode, StorageConfig,
+    AppendError, IoMode, Log, LogConfig, RESERVE_AHEAD_FLOOR_BYTES, ResolvedIoMode, ShardStorage,
+    StorageConfig,
 };
 
 /// Bytes allocated on disk under `dir` (what `du` counts).
@@ -38,6 +40,25 @@ fn budgets() -> StorageConfig {
         page_cache_write_max_bytes: 0,
         ..small_storage_config()
     }
+}
+
+/// Writes of at most 16 KiB through the page cache, as the broker's default.
+fn through_page_cache() -> StorageConfig {
+    StorageConfig {
+        page_cache_write_max_bytes: 16 << 10,
+        ..budgets()
+    }
+}
+
+/// Reads `log` whole, checks it holds `batches` batches, and that a reopened log (what the
+/// file holds) reads the same.
+async fn reads_back_from_the_file(shard: &Rc<ShardStorage>, log: Rc<Log>, batches: usize) {
+    let read = read_all(&log, 0).await;
+    assert_eq!(read.len(), batches);
+    log.close().await.unwrap();
+    let log = open(shard, log.dir(), big_segments()).await;
+    assert_eq!(read_all(&log, 0).await, read, "all of it in the file");
+    log.close().await.unwrap();
 }
 
 fn big_segments() -> LogConfig {
@@ -135,11 +156,7 @@ fn small_writes_go_through_the_page_cache_on_the_segments_own_descriptor() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let config = StorageConfig {
-            page_cache_write_max_bytes: 16 << 10,
-            ..budgets()
-        };
-        let shard = shard(&root, config).await;
+        let shard = shard(&root, through_page_cache()).await;
         let mut logs = Vec::new();
         for i in 0..8 {
             logs.push(open(&shard, &root.join(format!("p-{i}")), big_segments()).await);
@@ -196,11 +213,7 @@ fn thread_io(field: &str) -> u64 {
 fn small_appends_hand_the_page_cache_each_byte_once_and_read_no_page() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = StorageConfig {
-            page_cache_write_max_bytes: 16 << 10,
-            ..budgets()
-        };
-        let shard = shard(dir.path(), config).await;
+        let shard = shard(dir.path(), through_page_cache()).await;
         let log = open(&shard, &dir.path().join("p-0"), big_segments()).await;
         // A batch of about 100 KiB: the write buffers that fill as it is copied go out as they
         // fill (4, 8 and 16 KiB through the page cache, 32 KiB directly), and the flush writes
@@ -231,12 +244,7 @@ fn small_appends_hand_the_page_cache_each_byte_once_and_read_no_page() {
                 "{handed} bytes handed to the page cache for {appended} appended"
             );
         }
-        let batches = read_all(&log, 0).await;
-        assert_eq!(batches.len(), 41);
-        log.close().await.unwrap();
-        let log = open(&shard, log.dir(), big_segments()).await;
-        assert_eq!(read_all(&log, 0).await, batches, "all of it in the file");
-        log.close().await.unwrap();
+        reads_back_from_the_file(&shard, log, 41).await;
     });
 }
 
@@ -244,11 +252,7 @@ fn small_appends_hand_the_page_cache_each_byte_once_and_read_no_page() {
 fn an_append_through_the_page_cache_is_one_write_even_across_a_page_boundary() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = StorageConfig {
-            page_cache_write_max_bytes: 16 << 10,
-            ..budgets()
-        };
-        let shard = shard(dir.path(), config).await;
+        let shard = shard(dir.path(), through_page_cache()).await;
         let log = open(&shard, &dir.path().join("p-0"), big_segments()).await;
         // The first append also writes the log's leader-epoch checkpoint: not measured.
         let first = records(1, 1500, 0);
@@ -274,12 +278,7 @@ fn an_append_through_the_page_cache_is_one_write_even_across_a_page_boundary() {
             crossed >= 10,
             "the appends crossed page boundaries: {crossed}"
         );
-        let batches = read_all(&log, 0).await;
-        assert_eq!(batches.len(), 41);
-        log.close().await.unwrap();
-        let log = open(&shard, log.dir(), big_segments()).await;
-        assert_eq!(read_all(&log, 0).await, batches, "all of it in the file");
-        log.close().await.unwrap();
+        reads_back_from_the_file(&shard, log, 41).await;
     });
 }
 
