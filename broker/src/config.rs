@@ -159,9 +159,14 @@ pub struct Settings {
     pub writes_in_flight_max: Option<usize>,
     /// Writes of at most this many bytes (a partition's flush of a record or two) go through
     /// the page cache, as Kafka's all do, instead of straight to the device; 0: all direct
-    /// [default: 16384].
+    /// [default: 65536].
     #[arg(long)]
     pub page_cache_write_max_bytes: Option<usize>,
+    /// Each shard's journal, in the data directory: with direct IO, the small writes above are
+    /// stored there (a copy into shared memory, no system call) and reach their segments later,
+    /// in larger writes; 0: no journal, they go through the page cache [default: 268435456].
+    #[arg(long)]
+    pub journal_bytes: Option<u64>,
     /// How long a shard with nothing to do keeps polling for completions and requests before
     /// it sleeps: waking up costs more than the poll on a busy core [default: 0].
     #[arg(long)]
@@ -343,7 +348,7 @@ impl Settings {
             broker_session_timeout_ms, broker_heartbeat_interval_ms, replica_lag_time_max_ms,
             replication_listen_base_port,
             write_buffer_bytes, preallocate_bytes, min_free_bytes, index_bytes,
-            writes_in_flight_max, page_cache_write_max_bytes, idle_poll_us,
+            writes_in_flight_max, page_cache_write_max_bytes, journal_bytes, idle_poll_us,
         )
     }
 
@@ -467,6 +472,7 @@ impl Settings {
                 page_cache_write_max_bytes: self
                     .page_cache_write_max_bytes
                     .unwrap_or(storage_defaults.page_cache_write_max_bytes),
+                journal_bytes: self.journal_bytes.unwrap_or(storage_defaults.journal_bytes),
                 ..storage_defaults
             },
             offsets_partitions,

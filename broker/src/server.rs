@@ -20,7 +20,7 @@ use futures_lite::future;
 use glommio::{LocalExecutorBuilder, Placement};
 use net::ConnectionConfig;
 use net::frame::ReadTimeouts;
-use storage::{IoMode, ResolvedIoMode, ShardStorage};
+use storage::{IoMode, ResolvedIoMode, ShardStorage, StorageConfig};
 
 use model::{BrokerRegistration, ClusterMetadata, Command, ShardId};
 
@@ -195,6 +195,8 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
         Some(cluster) => open_cluster_dir(&config, cluster)?,
     };
     let io_mode = storage::resolve_io_mode(&data_dir, IoMode::Auto)?;
+    // Before any shard opens a log, whichever shard wrote each journal (the count may differ).
+    let replayed = storage::journal::replay(&data_dir)?;
     let open_files_max = raise_open_files_limit();
     tracing::info!(
         listen = %config.listen,
@@ -205,6 +207,7 @@ pub fn run(config: BrokerConfig) -> Result<(), ServeError> {
         io = ?io_mode,
         durability = ?config.durability,
         open_files_max,
+        journal_entries_replayed = replayed.entries,
         "starting"
     );
     let config = Arc::new(config);
@@ -429,7 +432,11 @@ async fn run_shard(
 ) -> Result<(), String> {
     let context = Rc::new(OnceCell::new());
     let mesh = Mesh::connect(id, ends, context.clone()).await;
-    let storage = ShardStorage::open(&config.data_dir, config.storage.clone(), io_mode)
+    let storage_config = StorageConfig {
+        shard_index: id,
+        ..config.storage.clone()
+    };
+    let storage = ShardStorage::open(&config.data_dir, storage_config, io_mode)
         .await
         .map_err(|e| e.to_string())?;
     let shard = Rc::new(Shard::new(id, config.clone(), storage, metadata.clone()));

@@ -137,6 +137,9 @@ async fn run_timer(storage: Weak<ShardStorage>) {
         if tick % TICKS_PER_LOG_PASS != 0 {
             continue;
         }
+        if let Some(journal) = &storage.journal {
+            journal.tick();
+        }
         let watched: Vec<_> = storage
             .background
             .watched

@@ -44,7 +44,7 @@ struct Inner {
 struct LogEntries {
     batches: VecDeque<CachedBatch>,
     /// Batches below this offset are on disk and may be evicted.
-    written_offset: Rc<Watermark>,
+    filed_offset: Rc<Watermark>,
 }
 
 impl BatchCache {
@@ -64,8 +64,9 @@ impl BatchCache {
         self.inner.borrow().used_bytes
     }
 
-    /// Makes room for a log's batches. `written_offset` tells which are safe to evict.
-    pub fn register(&self, written_offset: Rc<Watermark>) -> CacheKey {
+    /// Makes room for a log's batches. `filed_offset` tells which are safe to evict: those in
+    /// their file.
+    pub fn register(&self, filed_offset: Rc<Watermark>) -> CacheKey {
         let mut inner = self.inner.borrow_mut();
         let key = inner.next_key;
         inner.next_key += 1;
@@ -73,7 +74,7 @@ impl BatchCache {
             key,
             LogEntries {
                 batches: VecDeque::new(),
-                written_offset,
+                filed_offset,
             },
         );
         key
@@ -197,7 +198,13 @@ impl BatchCache {
 
 impl Inner {
     fn evict(&mut self) {
-        while self.used_bytes > self.budget_bytes {
+        // Batches not in their file yet go to the back of the queue: a batch behind them may
+        // be. At most this many a call, so that an insert stays cheap when hardly anything is
+        // in its file; the cache then holds more than its budget until writes catch up, by no
+        // more than the shard's write buffers (every such batch is in one of them).
+        const KEPT_MAX: usize = 64;
+        let mut kept = 0;
+        while self.used_bytes > self.budget_bytes && kept < KEPT_MAX {
             let Some(&(key, base_offset)) = self.order.front() else {
                 return;
             };
@@ -206,15 +213,22 @@ impl Inner {
                 continue;
             };
             match log.batches.front() {
-                Some(front) if front.base_offset == base_offset => {
-                    if front.next_offset > log.written_offset.get() {
-                        // Not on disk yet: the cache must keep it. Writes complete within
-                        // milliseconds, and eviction resumes with the next insert.
-                        return;
+                Some(front) if front.base_offset <= base_offset => {
+                    if front.next_offset > log.filed_offset.get() {
+                        // This batch, or one before it in the same log, is not in its file.
+                        self.order.pop_front();
+                        self.order.push_back((key, base_offset));
+                        kept += 1;
+                        continue;
                     }
+                    // A log's batches leave in the order they came. An older one whose entry
+                    // went to the back goes first, and that entry is then found gone.
+                    let evicted_own_entry = front.base_offset == base_offset;
                     self.used_bytes -= front.bytes.len();
                     log.batches.pop_front();
-                    self.order.pop_front();
+                    if evicted_own_entry {
+                        self.order.pop_front();
+                    }
                 }
                 // Already gone (truncated, retained away, or replaced).
                 _ => {

@@ -72,6 +72,7 @@ impl Log {
         self.shard.cache.deregister(self.cache_key);
         self.end_offset.close();
         self.written_offset.close();
+        self.filed_offset.close();
         self.durable_offset.close();
         self.sync_wanted.close();
         result

@@ -96,7 +96,17 @@ pub struct StorageConfig {
     pub readahead_bytes_max: usize,
     /// Writes of at most this many bytes (whole pages: a partition's flush of a record or two)
     /// go through the page cache instead of straight to the device; 0: every write is direct.
+    /// 64 KiB: with the journal taking the flushes, a partition's buffer that fills is written
+    /// this way up to there (10,000 partitions with the journal: 165 and 160 MB/s, against 106
+    /// and 104 MB/s with 16 KiB, where the buffers past it went directly, each a device write
+    /// and ext4's work for it).
     pub page_cache_write_max_bytes: usize,
+    /// The shard's journal (`crate::journal`): with direct IO, the writes of at most
+    /// `page_cache_write_max_bytes` are stored there instead of going through the page cache.
+    /// 0: no journal.
+    pub journal_bytes: u64,
+    /// Which of the node's shards this is: it names the shard's journal.
+    pub shard_index: usize,
 }
 
 impl Default for StorageConfig {
@@ -111,7 +121,9 @@ impl Default for StorageConfig {
             index_bytes_max: 64 << 20,
             read_bytes_max: 64 << 20,
             readahead_bytes_max: 64 << 20,
-            page_cache_write_max_bytes: 16 << 10,
+            page_cache_write_max_bytes: 64 << 10,
+            journal_bytes: 256 << 20,
+            shard_index: 0,
         }
     }
 }

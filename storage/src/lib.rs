@@ -19,6 +19,7 @@
 //! - [`segment`]: one segment: bookkeeping, validation scans, reads.
 //! - [`cache`]: the per-shard cache of recent batches under a memory budget.
 //! - `page_cache`: dropping pages written through the page cache once the kernel wrote them back.
+//! - [`journal`]: the shard's ring of small writes in a shared mapping, replayed after a crash.
 //! - `readahead`: reading the next stretch of a segment file while a sequential read's answer
 //!   travels.
 //! - [`fifo_lock`]: the lock that keeps appends in the order they were asked for.
@@ -41,6 +42,7 @@ pub mod fifo_lock;
 mod file;
 mod index;
 mod index_budget;
+pub mod journal;
 pub mod log;
 mod page_cache;
 mod readahead;

@@ -27,13 +27,14 @@ use crate::error::{AppendError, IoFailure, LogError, ReadError, SyncError};
 use crate::fifo_lock::FifoLock;
 use crate::file::{self, ResolvedIoMode, SegmentFile};
 use crate::index_budget::{IndexBudget, IndexLoad};
+use crate::journal::Journal;
 use crate::page_cache::PageCacheRelease;
 use crate::readahead::{Continuation, ReadAhead};
 use crate::segment::{self, Indexes, Segment};
 use crate::space::FreeSpace;
 use crate::start_offset::StartOffset;
 use crate::watermark::{Reached, Watermark};
-use crate::writer::{SegmentWriter, WriterLimits};
+use crate::writer::{SegmentWriter, WriterLimits, WrittenOffsets};
 
 /// What a shard's logs share: IO settings, the IO mode of the data directory, the batch cache,
 /// the budgets for write buffers, reserved space and read-ahead, the background work (flushes,
@@ -50,6 +51,9 @@ pub struct ShardStorage {
     pub(crate) space: FreeSpace,
     pub(crate) indexes: IndexBudget,
     pub(crate) page_cache: Rc<PageCacheRelease>,
+    /// Where small writes go to survive the process (`crate::journal`); none with buffered IO
+    /// (every write goes through the page cache then) or a zero budget.
+    pub(crate) journal: Option<Rc<Journal>>,
 }
 
 impl ShardStorage {
@@ -61,6 +65,12 @@ impl ShardStorage {
         io_mode: ResolvedIoMode,
     ) -> Result<Rc<ShardStorage>, IoFailure> {
         file::calibrate_direct_io(data_dir, io_mode).await?;
+        let journal = match (io_mode, config.journal_bytes) {
+            (ResolvedIoMode::Direct, bytes) if bytes > 0 => {
+                Journal::open(data_dir, config.shard_index, bytes).map(|j| j.map(Rc::new))
+            }
+            _ => Ok(None),
+        }?;
         let storage = Rc::new(ShardStorage {
             cache: BatchCache::new(config.cache_bytes_max),
             readahead: Budget::new(config.readahead_bytes_max as u64),
@@ -70,6 +80,7 @@ impl ShardStorage {
             space: FreeSpace::new(data_dir, config.min_free_bytes),
             indexes: IndexBudget::new(config.index_bytes_max as u64),
             page_cache: Rc::new(PageCacheRelease::default()),
+            journal,
             config,
             io_mode,
         });
@@ -103,6 +114,7 @@ impl ShardStorage {
             reserve_ahead: self.reserve_ahead.clone(),
             page_cache_write_max_bytes: self.config.page_cache_write_max_bytes,
             page_cache: self.page_cache.clone(),
+            journal: self.journal.clone(),
         }
     }
 }
@@ -132,8 +144,11 @@ pub struct Log {
     pub(crate) cache_key: CacheKey,
     /// The log end offset: the offset the next append gets.
     pub(crate) end_offset: Watermark,
-    /// Every batch below this offset is written to its file.
+    /// Every batch below this offset survives the process: written to its file, or to the
+    /// shard's journal.
     pub(crate) written_offset: Rc<Watermark>,
+    /// Every batch below this offset is in its file (the cache may drop it).
+    pub(crate) filed_offset: Rc<Watermark>,
     /// Every batch below this offset is fdatasync'd.
     pub(crate) durable_offset: Watermark,
     /// The highest offset someone waits to see durable.
@@ -234,9 +249,17 @@ impl Log {
         self.written_offset.get()
     }
 
-    /// Every batch below this offset is written to its file (it survives the process).
+    /// Every batch below this offset survives the process (in its file or in the journal).
     pub fn written_offset(&self) -> i64 {
         self.written_offset.get()
+    }
+
+    /// The watermarks a new writer of the log advances.
+    fn written_offsets(&self) -> WrittenOffsets {
+        WrittenOffsets {
+            written: self.written_offset.clone(),
+            filed: self.filed_offset.clone(),
+        }
     }
 
     /// Every batch below this offset is synced (it survives the machine).
@@ -562,8 +585,8 @@ impl Log {
         }
     }
 
-    /// Waits until every batch below `offset` is written to its file (it survives a crash of
-    /// the process).
+    /// Waits until every batch below `offset` survives a crash of the process: written to its
+    /// file, or to the shard's journal.
     pub async fn wait_written(&self, offset: i64) -> Result<(), SyncError> {
         self.wait(&self.written_offset, offset).await
     }
@@ -618,6 +641,7 @@ impl Log {
         tracing::error!(log = %self.dir.display(), error = %e, "disk error: log is offline");
         self.state.borrow_mut().error.get_or_insert(e.clone());
         self.written_offset.close();
+        self.filed_offset.close();
         self.durable_offset.close();
         e
     }
@@ -639,7 +663,7 @@ impl Log {
             &[],
             0,
             self.shard.writer_limits(),
-            self.written_offset.clone(),
+            self.written_offsets(),
         ));
         let mut state = self.state.borrow_mut();
         state
@@ -1161,7 +1185,7 @@ impl Log {
             &tail,
             cut,
             self.shard.writer_limits(),
-            self.written_offset.clone(),
+            self.written_offsets(),
         ));
         {
             let mut state = self.state.borrow_mut();
@@ -1175,6 +1199,7 @@ impl Log {
         self.shard.cache.truncate(self.cache_key, next);
         self.end_offset.reset(next);
         self.written_offset.reset(next);
+        self.filed_offset.reset(next);
         self.durable_offset.reset(next);
         self.sync_wanted.reset(next);
         self.change_epochs(|epochs| epochs.truncate_from_end(next))
@@ -1193,8 +1218,13 @@ impl Log {
         self.readahead.borrow_mut().take();
         self.shard.background.forget(self);
         self.shard.cache.deregister(self.cache_key);
+        // Its journal entries must not be replayed into files of a log made later in its
+        // place.
+        let writer = self.state.borrow().writer.clone();
+        writer.retire_journal().await;
         self.end_offset.close();
         self.written_offset.close();
+        self.filed_offset.close();
         self.durable_offset.close();
         self.sync_wanted.close();
         std::fs::remove_dir_all(&self.dir)
@@ -1233,7 +1263,7 @@ impl Log {
             }
             let writer = self.state.borrow().writer.clone();
             let room = writer.writes_in_flight() < self.shard.config.writes_in_flight_max.max(1);
-            if room && writer.submit_appended() {
+            if writer.submit_appended(room) {
                 continue;
             }
             if let Err(e) = writer.wait_oldest_written().await {

@@ -30,7 +30,7 @@ use crate::log::{Log, ShardStorage, State, now_ms};
 use crate::segment::{self, Segment};
 use crate::start_offset::StartOffset;
 use crate::watermark::Watermark;
-use crate::writer::SegmentWriter;
+use crate::writer::{SegmentWriter, WrittenOffsets};
 
 /// Written by a clean close once the active segment and its index files are synced; removed
 /// before anything changes them again. Its presence means no recovery is needed.
@@ -129,14 +129,17 @@ impl ShardStorage {
             // durable before saying so. After a clean close it was synced before the marker.
             active.file.fdatasync().await?;
         }
-        let written_offset = Rc::new(Watermark::new(end));
+        let offsets = WrittenOffsets {
+            written: Rc::new(Watermark::new(end)),
+            filed: Rc::new(Watermark::new(end)),
+        };
         let writer = Rc::new(SegmentWriter::new(
             active.file.clone(),
             active.size_bytes,
             &tail,
             active.size_bytes,
             self.writer_limits(),
-            written_offset.clone(),
+            offsets.clone(),
         ));
         let start = StartOffset::load(dir).await?;
         let first_base = segments.keys().next().copied().unwrap_or(0);
@@ -163,9 +166,10 @@ impl ShardStorage {
                 generation: 0,
                 start_while_cut: None,
             }),
-            cache_key: self.cache.register(written_offset.clone()),
+            cache_key: self.cache.register(offsets.filed.clone()),
             end_offset: Watermark::new(end),
-            written_offset,
+            written_offset: offsets.written,
+            filed_offset: offsets.filed,
             durable_offset: Watermark::new(end),
             sync_wanted: Watermark::new(end),
             closed: Cell::new(false),

@@ -41,9 +41,19 @@
 //! write pending: the segment's descriptor keeps O_DIRECT on until it completes, so a small
 //! write then goes directly too.
 //!
-//! Progress is published in two watermarks: `written_bytes` (file position below which every
-//! byte is on the device or in the page cache) and, for the log, the offset below which every
-//! batch is written.
+//! With the shard's journal ([`crate::journal`], the broker's default with direct IO), a small
+//! flush does not write at all: the bytes appended since the last write or entry are copied into
+//! the journal, a shared mapping whose stores survive the process as a write(2) would. They stay
+//! in the writer's buffers and reach the file as above, when a buffer fills, or when the journal
+//! asks for them (it is filling up, or they are older than its timer period). Before a full
+//! buffer is written directly, the bytes of it not in the journal yet go there first, so the
+//! appends after it need not wait for the device. Bytes submitted to the file without an entry
+//! make a *hole*: nothing from its start on survives until the hole is in the file.
+//!
+//! Progress is published in watermarks: `written_bytes` (file position below which every byte
+//! is on the device or in the page cache) and, for the log, the offsets below which every batch
+//! survives the process (in the file, or in the journal with no hole before it) and is in the
+//! file.
 //!
 //! What a writer holds follows its partition's write rate, within the shard's budgets:
 //! - its bulk buffer is sized by what arrived between the last flushes (doubling while buffers
@@ -63,6 +73,7 @@ use std::time::{Duration, Instant};
 use crate::budget::{Budget, Grant};
 use crate::error::IoFailure;
 use crate::file::{ALIGNMENT, SegmentFile, WriteBuf, align_down, align_up};
+use crate::journal::Journal;
 use crate::page_cache::PageCacheRelease;
 use crate::watermark::{Reached, Watermark};
 
@@ -98,6 +109,38 @@ pub struct WriterLimits {
     pub page_cache_write_max_bytes: usize,
     /// Where the whole pages written through the page cache are dropped once written back.
     pub page_cache: Rc<PageCacheRelease>,
+    /// The shard's journal: with one, writes of at most `page_cache_write_max_bytes` go there
+    /// instead of through the page cache.
+    pub journal: Option<Rc<Journal>>,
+}
+
+/// The log's offsets a writer advances as batches are written.
+#[derive(Debug, Clone)]
+pub struct WrittenOffsets {
+    /// Every batch below it survives the process: in its file, or in the shard's journal.
+    pub written: Rc<Watermark>,
+    /// Every batch below it is in its file (readable there, and no longer needed in memory).
+    pub filed: Rc<Watermark>,
+}
+
+/// A writer's place in the shard's journal.
+#[derive(Debug)]
+struct JournalSeat {
+    journal: Rc<Journal>,
+    /// The segment's name in the journal's entries.
+    path: Box<[u8]>,
+    /// The most a journal entry carries; more goes to the file directly.
+    entry_max_bytes: usize,
+}
+
+/// What [`SegmentWriter::journal_appended`] did.
+enum Journaled {
+    /// The bytes appended since the last write are in the journal now.
+    Yes,
+    /// There were none: everything appended is written or being written.
+    Nothing,
+    /// Too many, no journal, or no room in it: they are to be written to the file.
+    Declined,
 }
 
 impl WriterLimits {
@@ -117,10 +160,11 @@ pub struct SegmentWriter {
     file: Rc<SegmentFile>,
     limits: WriterLimits,
     state: RefCell<State>,
-    /// Every byte below this file position has been written.
+    /// Every byte below this file position has been written to the file.
     written_bytes: Watermark,
-    /// Every batch below this offset has been written (shared with the log).
-    written_offset: Rc<Watermark>,
+    /// The log's offsets (shared with the log).
+    offsets: WrittenOffsets,
+    journal: Option<JournalSeat>,
 }
 
 /// A page partly written to disk, still being filled.
@@ -194,6 +238,14 @@ struct State {
     in_flight: VecDeque<InFlight>,
     /// Batch ends not yet written: (file position after the batch, offset after the batch).
     pending_marks: VecDeque<(u64, i64)>,
+    /// Batch ends in the journal and not yet in the file.
+    unfiled_marks: VecDeque<(u64, i64)>,
+    /// Every byte below this position is in the file, in the journal, or in the hole below.
+    journaled_to: u64,
+    /// Bytes submitted to the file without a journal entry (the last of them at the end), not
+    /// in the file yet: until they are, nothing from the first of them on survives the process.
+    /// Without a journal, every write leaves one.
+    hole: Option<(u64, u64)>,
     /// The end of the write a flush is waiting for; other flushes join it.
     flush_in_progress: Option<u64>,
     reserved: Reserved,
@@ -206,6 +258,40 @@ struct State {
 }
 
 impl State {
+    /// The bytes appended from `from` on, none of them submitted: in the held tail page and
+    /// the bulk buffer, or in the tail page.
+    fn unsubmitted(&self, from: u64) -> [&[u8]; 2] {
+        let mut parts: [&[u8]; 2] = [&[], &[]];
+        if let Some(tail) = &self.tail {
+            assert!(
+                from >= tail.pos,
+                "the tail page holds the unsubmitted bytes"
+            );
+            parts[0] = &tail.data[(from - tail.pos) as usize..];
+            return parts;
+        }
+        let mut from = from;
+        if let Some(held) = &self.held_tail {
+            assert!(
+                from >= held.pos,
+                "the held page holds the unsubmitted bytes"
+            );
+            let end = held.pos + held.data.len() as u64;
+            if from < end {
+                parts[0] = &held.data[(from - held.pos) as usize..];
+                from = end;
+            }
+        }
+        assert!(
+            from >= self.bulk_pos,
+            "the bulk buffer holds the unsubmitted bytes"
+        );
+        if let Some(bulk) = &self.bulk {
+            parts[1] = &bulk.buf.as_bytes()[(from - self.bulk_pos) as usize..self.bulk_len];
+        }
+        parts
+    }
+
     fn position(&self) -> u64 {
         match &self.tail {
             Some(t) => t.pos + t.data.len() as u64,
@@ -238,7 +324,7 @@ impl SegmentWriter {
         tail: &[u8],
         preallocated: u64,
         limits: WriterLimits,
-        written_offset: Rc<Watermark>,
+        offsets: WrittenOffsets,
     ) -> SegmentWriter {
         let page = align_down(position);
         assert_eq!(
@@ -250,6 +336,13 @@ impl SegmentWriter {
             in_flight_max: limits.in_flight_max.max(1),
             ..limits
         };
+        let journal = limits.journal.as_ref().and_then(|journal| {
+            Some(JournalSeat {
+                journal: journal.clone(),
+                path: journal.entry_path(file.path())?,
+                entry_max_bytes: limits.page_cache_write_max_bytes,
+            })
+        });
         let now = Instant::now();
         let (ahead, buffer_bytes) = (limits.reserve_ahead.empty(), limits.buffer_min_bytes());
         let tail_page = (!tail.is_empty()).then(|| TailPage {
@@ -276,6 +369,9 @@ impl SegmentWriter {
                 bulk_len: 0,
                 in_flight: VecDeque::new(),
                 pending_marks: VecDeque::new(),
+                unfiled_marks: VecDeque::new(),
+                journaled_to: position,
+                hole: None,
                 flush_in_progress: None,
                 reserved: Reserved {
                     size: preallocated,
@@ -289,7 +385,8 @@ impl SegmentWriter {
                 error: None,
             }),
             written_bytes: Watermark::new(position as i64),
-            written_offset,
+            offsets,
+            journal,
         }
     }
 
@@ -309,6 +406,12 @@ impl SegmentWriter {
 
     pub fn error(&self) -> Option<IoFailure> {
         self.state.borrow().error.clone()
+    }
+
+    /// Whether a write failed (the writer writes nothing more). Borrows nothing: the journal
+    /// asks while a writer's state may be borrowed.
+    pub fn failed(&self) -> bool {
+        self.written_bytes.is_closed()
     }
 
     /// Copies `data` (whole batches ending at offset `next_offset`) into the tail page and the
@@ -338,6 +441,7 @@ impl SegmentWriter {
                         s.held_tail = s.tail.take();
                     } else {
                         drop(s);
+                        self.journal_before_write();
                         self.submit_tail();
                     }
                 }
@@ -363,6 +467,10 @@ impl SegmentWriter {
             }
             drop(s);
             if full {
+                if capacity > self.limits.page_cache_write_max_bytes {
+                    // Too large for the page cache: written directly.
+                    self.journal_before_write();
+                }
                 self.submit_bulk_full();
             }
         }
@@ -428,7 +536,21 @@ impl SegmentWriter {
     /// bytes, or the bulk buffer's bytes), without waiting for the writes in flight: a log with
     /// pipelined appends keeps several rounds on the device at once. Returns whether anything
     /// was submitted.
-    pub fn submit_appended(self: &Rc<Self>) -> bool {
+    /// With a journal, what is small enough goes there instead: it survives the process at once,
+    /// and reaches the file with the writes of the pages it is on.
+    /// A write is submitted only with `room` (the caller's bound on writes in flight); a
+    /// journal entry needs none.
+    pub fn submit_appended(self: &Rc<Self>, room: bool) -> bool {
+        match self.journal_appended() {
+            Journaled::Yes => true,
+            Journaled::Nothing => false,
+            Journaled::Declined => room && self.write_out(),
+        }
+    }
+
+    /// Starts writing whatever is appended and not yet submitted to the file, journaled or not.
+    /// Returns whether anything was submitted.
+    pub fn write_out(self: &Rc<Self>) -> bool {
         let pending = {
             let s = self.state.borrow();
             s.tail.as_ref().is_some_and(|t| t.dirty) || s.held_tail.is_some() || s.bulk_len > 0
@@ -437,6 +559,14 @@ impl SegmentWriter {
             self.submit_pending();
         }
         pending
+    }
+
+    /// As [`Self::write_out`], unless the writer has as many writes in flight as it may: for
+    /// the journal, which asks again until the writer's entries are in the file.
+    pub fn write_out_if_room(self: &Rc<Self>) {
+        if self.writes_in_flight() < self.limits.in_flight_max {
+            self.write_out();
+        }
     }
 
     /// Writes submitted and not yet complete.
@@ -454,9 +584,11 @@ impl SegmentWriter {
     }
 
     /// Flushes, and gives back the file's logical size. The caller trims the file to it: the
-    /// reservation ahead is given back to the shard.
+    /// reservation ahead is given back to the shard. The writer's journal entries are retired:
+    /// the file may change in other ways from now on.
     pub async fn finish(self: &Rc<Self>) -> Result<u64, IoFailure> {
         self.flush().await?;
+        self.retire_journal().await;
         let mut s = self.state.borrow_mut();
         s.reserved.ahead.resize(0);
         s.reserved.size = s.position();
@@ -494,6 +626,72 @@ impl SegmentWriter {
                 true
             }
         }
+    }
+
+    /// Retires the writer's journal entries: for a file about to be deleted, or one the writer
+    /// has written everything to.
+    pub async fn retire_journal(&self) {
+        if let Some(seat) = &self.journal {
+            seat.journal.retire(&seat.path).await;
+        }
+    }
+
+    /// Before a direct write of a page or a buffer that filled up: the bytes it carries that are
+    /// not in the journal yet go there first, so that the appends after them need not wait for
+    /// the write to survive the process.
+    fn journal_before_write(self: &Rc<Self>) {
+        if self.journal.is_some() {
+            self.journal_appended();
+        }
+    }
+
+    /// Copies the bytes appended since the last journal entry or write submitted into the
+    /// shard's journal (a store into shared memory, no system call), if they are few enough
+    /// and it has room: they then survive the process.
+    fn journal_appended(self: &Rc<Self>) -> Journaled {
+        let Some(seat) = &self.journal else {
+            return Journaled::Declined;
+        };
+        let outcome = {
+            let mut s = self.state.borrow_mut();
+            let filed = self.written_bytes.get() as u64;
+            let submitted = s.in_flight.back().map_or(filed, |w| w.end).max(filed);
+            let position = s.position();
+            let from = s.journaled_to.max(submitted);
+            if from >= position {
+                return Journaled::Nothing;
+            }
+            if (position - from) as usize > seat.entry_max_bytes {
+                Journaled::Declined
+            } else {
+                let parts = s.unsubmitted(from);
+                assert_eq!(
+                    from + (parts[0].len() + parts[1].len()) as u64,
+                    position,
+                    "the journal entry ends where the appends do"
+                );
+                if seat.journal.append(self, &seat.path, from, parts) {
+                    // The bytes between the last entry and this one were submitted: until they
+                    // are in the file, they are a hole (a direct write already made it one).
+                    let gap_start = s.journaled_to.max(filed);
+                    if from > gap_start {
+                        let open = s.hole.filter(|&(_, end)| end > filed);
+                        let start = open.map_or(gap_start, |(start, _)| start.min(gap_start));
+                        let end = open.map_or(from, |(_, end)| end.max(from));
+                        s.hole = Some((start, end));
+                    }
+                    s.journaled_to = position;
+                    Journaled::Yes
+                } else {
+                    Journaled::Declined
+                }
+            }
+        };
+        seat.journal.relieve();
+        if let Journaled::Yes = outcome {
+            self.publish();
+        }
+        outcome
     }
 
     async fn wait_written(&self, position: u64) -> Result<(), IoFailure> {
@@ -765,6 +963,13 @@ impl SegmentWriter {
     ) {
         let padded = align_up(len as u64);
         let mut s = self.state.borrow_mut();
+        let end = pos + len as u64;
+        if end > s.journaled_to {
+            let filed = self.written_bytes.get() as u64;
+            let open = s.hole.filter(|&(_, hole_end)| hole_end > filed);
+            let start = open.map_or(pos.max(s.journaled_to), |(start, _)| start);
+            s.hole = Some((start, end));
+        }
         s.in_flight.push_back(InFlight {
             end: pos + len as u64,
             done: Some(done.clone()),
@@ -834,26 +1039,58 @@ impl SegmentWriter {
             s.error.get_or_insert(e);
             drop(s);
             self.written_bytes.close();
-            self.written_offset.close();
+            self.offsets.written.close();
+            self.offsets.filed.close();
             return;
         }
         let mut written = None;
         while s.in_flight.front().is_some_and(InFlight::is_done) {
             written = s.in_flight.pop_front().map(|w| w.end);
         }
-        let Some(written) = written else { return };
-        let mut offset = None;
-        while s
-            .pending_marks
-            .front()
-            .is_some_and(|&(end, _)| end <= written)
+        drop(s);
+        if let Some(written) = written {
+            self.written_bytes.advance(written as i64);
+            self.publish();
+        }
+    }
+
+    /// Advances the log's offsets over the batches now in the file, or in the journal with
+    /// everything before them in the file.
+    fn publish(&self) {
+        let mut s = self.state.borrow_mut();
+        let filed = self.written_bytes.get() as u64;
+        let survives = match s.hole {
+            Some((start, end)) if filed < end => filed.max(start),
+            _ => {
+                s.hole = None;
+                filed.max(s.journaled_to)
+            }
+        };
+        let mut written = None;
+        while let Some(&(end, next)) = s.pending_marks.front()
+            && end <= survives
         {
-            offset = s.pending_marks.pop_front().map(|(_, next)| next);
+            s.pending_marks.pop_front();
+            s.unfiled_marks.push_back((end, next));
+            written = Some(next);
+        }
+        let mut in_file = None;
+        while let Some(&(end, next)) = s.unfiled_marks.front()
+            && end <= filed
+        {
+            s.unfiled_marks.pop_front();
+            in_file = Some(next);
         }
         drop(s);
-        self.written_bytes.advance(written as i64);
-        if let Some(offset) = offset {
-            self.written_offset.advance(offset);
+        if let Some(offset) = written {
+            self.offsets.written.advance(offset);
+        }
+        if let Some(offset) = in_file {
+            debug_assert!(
+                offset <= self.offsets.written.get(),
+                "what is in the file survives the process"
+            );
+            self.offsets.filed.advance(offset);
         }
     }
 }

@@ -181,6 +181,7 @@ fn log_config() -> LogConfig {
 
 fn storage_config() -> StorageConfig {
     StorageConfig {
+        journal_bytes: 64 << 10,
         write_buffer_bytes: 16 << 10,
         writes_in_flight_max: 2,
         preallocate_bytes: 64 << 10,

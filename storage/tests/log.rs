@@ -149,18 +149,20 @@ fn a_log_untouched_since_a_clean_open_closes_without_writing() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let shard = shard(dir.path(), small_storage_config()).await;
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        // The log in a directory of its own, apart from the shard's journal.
+        let log_dir = dir.path().join("p-0");
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         // Several segments, the active one part full: its indexes are saved by the close.
         let written = append_batches(&log, 160, 3, 500).await;
         assert!(log.segment_count() > 1);
         log.close().await.unwrap();
-        let marker = dir.path().join("clean-shutdown");
+        let marker = log_dir.as_path().join("clean-shutdown");
         assert!(marker.exists());
-        age_files(dir.path());
-        let before = files_of(dir.path());
+        age_files(log_dir.as_path());
+        let before = files_of(log_dir.as_path());
 
         // Opened, read (sealed indexes loaded too), closed: nothing changed the log.
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         assert!(
             marker.exists(),
             "a clean open leaves the marker until something changes"
@@ -168,13 +170,13 @@ fn a_log_untouched_since_a_clean_open_closes_without_writing() {
         assert_eq!(read_all(&log, 0).await, written);
         log.close().await.unwrap();
         assert_eq!(
-            files_of(dir.path()),
+            files_of(log_dir.as_path()),
             before,
             "not a file written, replaced or removed"
         );
 
         // The next open trusts what is there.
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 480);
         assert_eq!(read_all(&log, 0).await, written);
         log.close().await.unwrap();
@@ -186,11 +188,13 @@ fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let shard = shard(dir.path(), small_storage_config()).await;
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        // The log in a directory of its own, apart from the shard's journal.
+        let log_dir = dir.path().join("p-0");
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         let mut written = append_batches(&log, 10, 3, 500).await;
         log.close().await.unwrap();
-        let marker = dir.path().join("clean-shutdown");
-        let before = files_of(dir.path());
+        let marker = log_dir.as_path().join("clean-shutdown");
+        let before = files_of(log_dir.as_path());
         let active_index = before
             .keys()
             .filter(|name| name.ends_with(".index"))
@@ -198,25 +202,25 @@ fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
             .unwrap()
             .clone();
 
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         written.extend(append_batches(&log, 1, 3, 500).await);
         assert!(!marker.exists(), "gone with the first change");
         log.close().await.unwrap();
         assert!(marker.exists());
-        let after = files_of(dir.path());
+        let after = files_of(log_dir.as_path());
         assert_ne!(
             after[&active_index].2, before[&active_index].2,
             "the active index is saved again"
         );
 
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 33);
         assert_eq!(read_all(&log, 0).await, written);
         // Truncation changes the files too.
         log.truncate_to(30).await.unwrap();
         assert!(!marker.exists());
         log.close().await.unwrap();
-        let log = open(&shard, dir.path(), small_log_config()).await;
+        let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         assert_eq!(log.log_end_offset(), 30);
         assert_eq!(read_all(&log, 0).await, written[..10]);
         log.close().await.unwrap();

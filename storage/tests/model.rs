@@ -108,11 +108,14 @@ fn log_config() -> LogConfig {
 
 /// `index_bytes`: the shard's budget for sealed segments' indexes; a small one makes reads,
 /// retention and truncation load them again and again.
-/// `page_cache_bytes`: writes up to this go through the page cache (0: none; one page: only
-/// tail-page rewrites; two pages: a mix of both kinds over fresh pages).
+/// `page_cache_bytes`: writes up to this go to the shard's journal, and through the page cache
+/// when it has no room (0: none; one page: only tail-page rewrites; two pages: a mix of both
+/// kinds over fresh pages). The journal is small: it fills, wraps and makes writers write out
+/// what it holds all the time.
 fn storage_config(index_bytes: usize, page_cache_bytes: usize) -> StorageConfig {
     StorageConfig {
         page_cache_write_max_bytes: page_cache_bytes,
+        journal_bytes: 64 << 10,
         write_buffer_bytes: 16 << 10,
         writes_in_flight_max: 2,
         preallocate_bytes: 64 << 10,

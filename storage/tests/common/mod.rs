@@ -33,6 +33,7 @@ pub fn small_storage_config() -> StorageConfig {
         writes_in_flight_max: 2,
         preallocate_bytes: 1 << 20,
         cache_bytes_max: 1 << 20,
+        journal_bytes: 1 << 20,
         ..StorageConfig::default()
     }
 }
