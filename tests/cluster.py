@@ -34,6 +34,7 @@ from conftest import (
     Broker,
     clean_exit_code,
     free_port,
+    journal_args,
     record_broker_use,
 )
 
@@ -101,6 +102,7 @@ def spindle_node_command(
         str(SESSION_TIMEOUT_MS),
         "--broker-heartbeat-interval-ms",
         str(HEARTBEAT_INTERVAL_MS),
+        *journal_args(extra_args),
         *extra_args,
     ]
 

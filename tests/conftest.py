@@ -100,6 +100,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(reason=f"noida mode: {reason}", raises=AssertionError, strict=False))
 
 
+# Each shard's journal is allocated whole (256 MiB by default): pytest keeps the temporary
+# directories of its last three runs, and with the default the brokers' data there took 24 GB a
+# run. Tests that care about its size give their own.
+TEST_JOURNAL_BYTES = 16 << 20
+
+
+def journal_args(extra_args: tuple[str, ...]) -> list[str]:
+    """`--journal-bytes` for a test broker, unless `extra_args` sets it."""
+    return [] if "--journal-bytes" in extra_args else ["--journal-bytes", str(TEST_JOURNAL_BYTES)]
+
+
 @dataclass(frozen=True)
 class BrokerOptions:
     """Spindle flags beyond the ones every broker gets. None leaves spindle's default."""
@@ -111,7 +122,7 @@ class BrokerOptions:
     extra_args: tuple[str, ...] = ()  # any other spindle flags, as given
 
     def spindle_args(self, port: int) -> list[str]:
-        args = []
+        args = journal_args(self.extra_args)
         if self.auto_create_topics is not None:
             args += ["--auto-create-topics", "true" if self.auto_create_topics else "false"]
         if self.default_partitions is not None:
