@@ -271,13 +271,6 @@ impl Journal {
         self.write_out(usize::MAX, |live| live.seq < older_than);
     }
 
-    /// Bytes of the ring in use, from the oldest live entry to the head.
-    pub fn used_bytes(&self) -> u64 {
-        let mut ring = self.ring.borrow_mut();
-        ring.drop_dead();
-        ring.used(self.capacity)
-    }
-
     /// Makes the writers of the live entries at the front for which `pick` holds (at most
     /// `writers_max` of them) write out what they hold.
     fn write_out(&self, writers_max: usize, pick: impl Fn(&Live) -> bool) {
