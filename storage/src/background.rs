@@ -5,10 +5,12 @@
 //! served. The flusher takes the whole queue at once, after letting the appends that are ready
 //! to run go first, and starts serving every log on it in the same turn: the writes of all the
 //! shard's partitions go to io_uring in one submission, and each log's write carries every
-//! append that arrived meanwhile, the way group commit shares syncs. A log is served by a short
-//! task that lives while the log has work ([`Log::serve`]), so a log has one task however many
-//! of its writes are in flight (up to `writes_in_flight_max`), at most one sync, and an idle
-//! log has no task at all.
+//! append that arrived meanwhile, the way group commit shares syncs. A log whose bytes go to the
+//! shard's journal or through the page cache is served in the flusher's own turn
+//! ([`Log::serve_at_once`]): nothing to wait for, so no task. A log that must wait (a direct
+//! write, a sync) is served by a short task that lives while the log has work ([`Log::serve`]),
+//! so a log has one task however many of its writes are in flight (up to
+//! `writes_in_flight_max`), at most one sync, and an idle log has no task at all.
 //!
 //! The timer ticks every [`TICK`]: it checks the free space of the data directory, drops the
 //! pages written through the page cache that are due ([`crate::page_cache`]), and goes
@@ -111,9 +113,11 @@ async fn run_flusher(storage: Weak<ShardStorage>) {
         let logs: Vec<_> = storage.background.queue.borrow_mut().drain(..).collect();
         for log in logs.iter().filter_map(Weak::upgrade) {
             log.slot.queued.set(false);
-            if !log.slot.serving.replace(true) {
-                glommio::spawn_local(serve(log)).detach();
+            if log.slot.serving.get() || log.serve_at_once() {
+                continue;
             }
+            log.slot.serving.set(true);
+            glommio::spawn_local(serve(log)).detach();
         }
         let queued = storage.background.queued.clone();
         drop(storage);

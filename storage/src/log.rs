@@ -1245,8 +1245,7 @@ impl Log {
         let mut yielded = true;
         while !self.closed.get() {
             let end = self.end_offset.get();
-            let durable = self.durable_offset.get();
-            if self.sync_wanted.get() > durable || self.flush_ms_due() == Some(Duration::ZERO) {
+            if self.sync_due() {
                 if let Err(e) = self.sync(end).await {
                     self.fail(e);
                     return;
@@ -1261,16 +1260,46 @@ impl Log {
             if !std::mem::take(&mut yielded) {
                 future::yield_now().await;
             }
-            let writer = self.state.borrow().writer.clone();
-            let room = writer.writes_in_flight() < self.shard.config.writes_in_flight_max.max(1);
-            if writer.submit_appended(room) {
+            if self.submit_appended() {
                 continue;
             }
+            let writer = self.state.borrow().writer.clone();
             if let Err(e) = writer.wait_oldest_written().await {
                 self.fail(e);
                 return;
             }
         }
+    }
+
+    /// Serves the log on the spot when that needs no wait, and returns whether it did: no sync
+    /// is due and what was appended went to the shard's journal or through the page cache (or
+    /// nothing was appended).
+    /// At 10,000 partitions nearly every log the flusher takes is served so, and a task for
+    /// each would cost the shard more than the journal entry it writes.
+    pub(crate) fn serve_at_once(&self) -> bool {
+        if self.closed.get() {
+            return true;
+        }
+        if self.sync_due() {
+            return false;
+        }
+        self.written_offset.get() >= self.end_offset.get()
+            || (self.submit_appended() && self.written_offset.get() >= self.end_offset.get())
+    }
+
+    /// Submits what was appended and not yet submitted: to the journal, or as a write if the
+    /// writer has room for one more in flight. Whether anything was submitted.
+    fn submit_appended(&self) -> bool {
+        let writer = self.state.borrow().writer.clone();
+        let room = writer.writes_in_flight() < self.shard.config.writes_in_flight_max.max(1);
+        writer.submit_appended(room)
+    }
+
+    /// Whether a sync must run before anything else: a waiter asked for one, or data is
+    /// `flush.ms` old.
+    fn sync_due(&self) -> bool {
+        self.sync_wanted.get() > self.durable_offset.get()
+            || self.flush_ms_due() == Some(Duration::ZERO)
     }
 
     /// Whether the shard's timer should have the log served now: data older than `flush.ms`.
