@@ -134,7 +134,8 @@ impl ShardStorage {
             }
         }
         let synced = sync_filesystems(logs, &written).await;
-        logs.iter()
+        let closed: Vec<_> = logs
+            .iter()
             .zip(written)
             .map(|(log, written)| match written {
                 None => Ok(()),
@@ -143,7 +144,16 @@ impl ShardStorage {
                     _ => Ok(wrote),
                 })),
             })
-            .collect()
+            .collect();
+        // Everything the journal held is in its files and synced: the next start need not
+        // read it.
+        if let Some(journal) = &self.journal
+            && closed.iter().all(Result::is_ok)
+            && let Err(e) = journal.remove_if_done()
+        {
+            tracing::warn!(error = %e, "the journal stays, for the next start to replay");
+        }
+        closed
     }
 }
 

@@ -232,3 +232,43 @@ fn replay_writes_every_shards_journal_back_and_removes_it() {
         }
     });
 }
+
+#[test]
+fn a_clean_stop_removes_the_journal_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        direct(dir.path()),
+        "the test needs direct IO in the temp dir"
+    );
+    let (data_dir, log_dir) = (dir.path().to_path_buf(), dir.path().join("p-0"));
+    let kept: Shared = Arc::default();
+    let (d, l, k) = (data_dir.clone(), log_dir.clone(), kept.clone());
+    run(move || async move {
+        let shard = shard(&d, journaled()).await;
+        let log = open(&shard, &l, small_log_config()).await;
+        let batches = append_acked(&log, 20, 1_000).await;
+        let total: usize = batches.iter().map(Bytes::len).sum();
+        assert!(
+            filed_prefix(&l, &batches) < total,
+            "the journal holds some of the batches"
+        );
+        assert!(journal_file(&d, 0).exists());
+        for closed in shard.close_logs(&[log]).await {
+            closed.unwrap();
+        }
+        assert!(
+            !journal_file(&d, 0).exists(),
+            "a clean stop leaves nothing for the next start to read"
+        );
+        // Appends after the removal are acknowledged once in their file: the journal takes no
+        // more entries.
+        let log = open(&shard, &l, small_log_config()).await;
+        let more = append_acked(&log, 3, 5_000).await;
+        assert!(!journal_file(&d, 0).exists());
+        let all: Vec<Bytes> = batches.into_iter().chain(more).collect();
+        let total: usize = all.iter().map(Bytes::len).sum();
+        assert_eq!(filed_prefix(&l, &all), total, "every batch is in the file");
+        *k.lock().unwrap() = all;
+    });
+    reopen_and_check(data_dir, log_dir, kept);
+}
