@@ -432,12 +432,12 @@ pub fn replay(data_dir: &Path) -> Result<Replayed, IoFailure> {
     Ok(total)
 }
 
-/// Replays one journal file, if it exists, and removes it.
 /// The segment file an entry names: its path is relative to the data directory.
 fn entry_target(data_dir: &Path, entry_path: &[u8]) -> PathBuf {
     data_dir.join(Path::new(std::ffi::OsStr::from_bytes(entry_path)))
 }
 
+/// Replays one journal file, if it exists, and removes it.
 fn replay_file(data_dir: &Path, path: &Path) -> Result<Replayed, IoFailure> {
     let bytes = match std::fs::metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Replayed::default()),
