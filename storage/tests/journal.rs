@@ -68,6 +68,18 @@ fn direct(dir: &Path) -> bool {
 
 type Shared = Arc<Mutex<Vec<Bytes>>>;
 
+/// A temporary data directory that takes direct IO (kept alive by the first element), and the
+/// directory of a log `p-0` in it.
+fn direct_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        direct(dir.path()),
+        "the test needs direct IO in the temp dir"
+    );
+    let (data_dir, log_dir) = (dir.path().to_path_buf(), dir.path().join("p-0"));
+    (dir, data_dir, log_dir)
+}
+
 /// Reopens the shard (replaying its journal) and the log in `log_dir`: it holds exactly
 /// `expected`.
 fn reopen_and_check(data_dir: PathBuf, log_dir: PathBuf, expected: Shared) {
@@ -90,12 +102,7 @@ where
     F: FnOnce(Rc<ShardStorage>, PathBuf) -> Fut + Send + 'static,
     Fut: Future<Output = Vec<Bytes>> + 'static,
 {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(
-        direct(dir.path()),
-        "the test needs direct IO in the temp dir"
-    );
-    let (data_dir, log_dir) = (dir.path().to_path_buf(), dir.path().join("p-0"));
+    let (_dir, data_dir, log_dir) = direct_dir();
     let kept: Shared = Arc::default();
     let (d, l, k) = (data_dir.clone(), log_dir.clone(), kept.clone());
     run(move || async move {
@@ -235,12 +242,7 @@ fn replay_writes_every_shards_journal_back_and_removes_it() {
 
 #[test]
 fn a_clean_stop_removes_the_journal_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    assert!(
-        direct(dir.path()),
-        "the test needs direct IO in the temp dir"
-    );
-    let (data_dir, log_dir) = (dir.path().to_path_buf(), dir.path().join("p-0"));
+    let (_dir, data_dir, log_dir) = direct_dir();
     let kept: Shared = Arc::default();
     let (d, l, k) = (data_dir.clone(), log_dir.clone(), kept.clone());
     run(move || async move {
