@@ -373,7 +373,9 @@ impl Partition {
             .await
             .map_err(|_| Produced::failed(ResponseError::NotLeaderOrFollower, None))?;
         if self.producers.borrow().is_none() {
-            let rebuilt = self.rebuild_producers().await;
+            // Boxed: rare (once per leadership), and inline it would grow every idempotent
+            // append's future by its read of the log's end.
+            let rebuilt = Box::pin(self.rebuild_producers()).await;
             *self.producers.borrow_mut() = Some(rebuilt);
         }
         let verdict = self

@@ -511,8 +511,9 @@ impl Log {
             }
         }
         match epochs {
-            Some(epochs) => self
-                .replace_epochs(epochs)
+            // Boxed: a new epoch is rare, and its file write awaited inline would make every
+            // append's future larger by its whole state.
+            Some(epochs) => Box::pin(self.replace_epochs(epochs))
                 .await
                 .map_err(AppendError::Storage),
             None => Ok(()),
@@ -629,7 +630,9 @@ impl Log {
                     || relative_end > i64::from(i32::MAX))
         };
         if must_roll {
-            self.roll()
+            // Boxed: awaited inline, a roll's state made every append's future over a
+            // kilobyte larger, copied for each partition of every produce.
+            Box::pin(self.roll())
                 .await
                 .map_err(|e| AppendError::Storage(self.fail(e)))?;
         }
