@@ -376,19 +376,30 @@ def produce(
     conn: Connection, topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30_000
 ) -> tuple[int, int]:
     """Produce v3 of one record set, acks=all unless told: (error code, base offset)."""
+    answers = produce_partitions(conn, topic, {partition: records}, acks, timeout_ms)
+    if list(answers) != [partition]:
+        raise WireError(f"expected an answer for partition {partition}, got {list(answers)}")
+    return answers[partition]
+
+
+def produce_partitions(
+    conn: Connection, topic: str, records: dict[int, bytes], acks: int = -1, timeout_ms: int = 30_000
+) -> dict[int, tuple[int, int]]:
+    """Produce v3 of a record set to each of several partitions of `topic` in one request, acks=all
+    unless told (not 0: that has no response): partition -> (error code, base offset)."""
+    assert acks != 0, "acks=0 has no response to read"
     body = string(None) + struct.pack(">hi", acks, timeout_ms)
-    body += struct.pack(">i", 1) + string(topic)
-    body += struct.pack(">i", 1) + struct.pack(">ii", partition, len(records)) + records
+    body += struct.pack(">i", 1) + string(topic) + struct.pack(">i", len(records))
+    body += b"".join(struct.pack(">ii", partition, len(data)) + data for partition, data in records.items())
     reader = conn.request(API_PRODUCE, 3, body)
-    if reader.array_len() != 1:
-        raise WireError("expected one topic")
-    reader.string()
-    if reader.array_len() != 1:
-        raise WireError("expected one partition")
-    reader.int32()  # partition index
-    error = reader.int16()
-    base_offset = reader.int64()
-    return error, base_offset
+    answers = {}
+    for _ in range(reader.array_len()):
+        reader.string()
+        for _ in range(reader.array_len()):
+            partition, error, base_offset = reader.int32(), reader.int16(), reader.int64()
+            reader.int64()  # log_append_time_ms
+            answers[partition] = (error, base_offset)
+    return answers
 
 
 def create_topic(
