@@ -30,6 +30,7 @@ use crate::index_budget::{IndexBudget, IndexLoad};
 use crate::journal::Journal;
 use crate::page_cache::PageCacheRelease;
 use crate::readahead::{Continuation, ReadAhead};
+use crate::recovery::CleanMarker;
 use crate::segment::{self, Indexes, Segment};
 use crate::space::FreeSpace;
 use crate::start_offset::StartOffset;
@@ -154,9 +155,9 @@ pub struct Log {
     /// The highest offset someone waits to see durable.
     pub(crate) sync_wanted: Watermark,
     pub(crate) closed: Cell<bool>,
-    /// The clean-shutdown marker is on disk and true: nothing changed the log's files since the
-    /// clean close that wrote it ([`Log::leave_clean`] removes it first).
-    pub(crate) clean_on_disk: Cell<bool>,
+    /// Where the clean-shutdown marker is ([`Log::leave_clean`] and
+    /// [`Log::leave_clean_to_append`] remove it before a change).
+    pub(crate) clean_marker: Cell<CleanMarker>,
     /// The stretch of a segment read ahead of the last read from disk.
     pub(crate) readahead: RefCell<Option<ReadAhead>>,
     /// Where DeleteRecords moved the start (`crate::start_offset`).
@@ -384,7 +385,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
-        self.leave_clean().await.map_err(AppendError::Storage)?;
+        self.leave_clean_to_append().map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         self.record_epochs([(leader_epoch, base_offset)]).await?;
         let mut next_offset = base_offset;
@@ -441,7 +442,7 @@ impl Log {
             .await
             .map_err(|_| AppendError::Closed)?;
         self.check_open()?;
-        self.leave_clean().await.map_err(AppendError::Storage)?;
+        self.leave_clean_to_append().map_err(AppendError::Storage)?;
         let base_offset = self.end_offset.get();
         let mut next_offset = base_offset;
         for (header, _) in &split {

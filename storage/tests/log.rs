@@ -355,6 +355,83 @@ fn delete_before_moves_the_log_start_by_whole_segments() {
     });
 }
 
+/// Appends after a clean open remove the marker without syncing the directory
+/// (`Log::leave_clean_to_append`), so a power cut may bring it back. The start then trusts the
+/// index files of the clean close, and must still read every batch appended since with CRCs:
+/// whatever of them the cut left (simulated by cutting the segment), only the whole ones are
+/// served, and the log goes on after them.
+#[test]
+fn a_marker_back_after_a_power_cut_vouches_for_nothing_appended_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let config = LogConfig {
+        segment_bytes_max: 1 << 20,
+        ..small_log_config()
+    };
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (b, c, w) = (base.clone(), config.clone(), written.clone());
+    run(move || async move {
+        let shard = shard(&b.join("shard"), small_storage_config()).await;
+        let log = open(&shard, &b.join("p-0"), c.clone()).await;
+        let mut batches = append_batches(&log, 10, 4, 700).await;
+        log.close().await.unwrap();
+        let log = open(&shard, &b.join("p-0"), c).await;
+        batches.extend(append_batches(&log, 20, 4, 700).await);
+        log.wait_written(log.log_end_offset()).await.unwrap();
+        *w.lock().unwrap() = batches;
+        // The executor ends here without closing the log: a crash of the process.
+    });
+    let original = base.join("p-0");
+    assert!(
+        !original.join("clean-shutdown").exists(),
+        "removed before the first append"
+    );
+    let written = written.lock().unwrap().clone();
+    let (b, c) = (base.clone(), config.clone());
+    run(move || async move {
+        // The shard's start writes what its journal holds into the segment.
+        let _replayed = shard(&b.join("shard"), small_storage_config()).await;
+        let segment = original.join(format!("{:020}.log", 0));
+        let bytes = std::fs::read(&segment).unwrap();
+        let mut ends = Vec::new();
+        let mut at = 0;
+        for batch in &written {
+            at += batch.len();
+            ends.push(at);
+        }
+        assert_eq!(
+            bytes.len(),
+            at,
+            "every batch in the segment, and nothing after"
+        );
+        let shard = shard(&b.join("shard-after"), small_storage_config()).await;
+        for cut in [
+            ends[9],
+            ends[9] + 1,
+            ends[14] - 1,
+            ends[14],
+            ends[29] - 1,
+            ends[29],
+        ] {
+            let copy = b.join(format!("cut-{cut}"));
+            std::fs::create_dir_all(&copy).unwrap();
+            for entry in std::fs::read_dir(&original).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+            }
+            std::fs::write(copy.join(format!("{:020}.log", 0)), &bytes[..cut]).unwrap();
+            std::fs::write(copy.join("clean-shutdown"), b"").unwrap();
+            let log = open(&shard, &copy, c.clone()).await;
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            assert_eq!(log.log_end_offset(), whole as i64 * 4, "cut at {cut}");
+            assert_eq!(read_all(&log, 0).await, written[..whole].to_vec());
+            let more = append_batches(&log, 1, 3, 10).await;
+            assert_eq!(more[0][..8], (whole as i64 * 4).to_be_bytes());
+            log.close().await.unwrap();
+        }
+    });
+}
+
 #[test]
 fn a_torn_tail_is_cut_at_the_last_whole_batch() {
     // Cut the active segment at many byte positions; every batch wholly before the cut must
