@@ -355,6 +355,29 @@ fn delete_before_moves_the_log_start_by_whole_segments() {
     });
 }
 
+/// Where each of `batches`, laid end to end from the start of a segment, ends.
+fn batch_ends(batches: &[Bytes]) -> Vec<usize> {
+    batches
+        .iter()
+        .scan(0, |at, batch| {
+            *at += batch.len();
+            Some(*at)
+        })
+        .collect()
+}
+
+/// Checks that `log`, opened on a segment of `written` (batches of `count` records) cut at
+/// byte `cut`, holds the batches wholly before the cut and nothing after, and goes on from
+/// there; then closes it.
+async fn holds_the_whole_batches_before(log: &Log, cut: usize, written: &[Bytes], count: i64) {
+    let whole = batch_ends(written).iter().filter(|&&e| e <= cut).count();
+    assert_eq!(log.log_end_offset(), whole as i64 * count, "cut at {cut}");
+    assert_eq!(read_all(log, 0).await, written[..whole].to_vec());
+    let more = append_batches(log, 1, 3, 10).await;
+    assert_eq!(more[0][..8], (whole as i64 * count).to_be_bytes());
+    log.close().await.unwrap();
+}
+
 /// Appends after a clean open remove the marker without syncing the directory
 /// (`Log::leave_clean_to_append`), so a power cut may bring it back. The start then trusts the
 /// index files of the clean close, and must still read every batch appended since with CRCs:
@@ -393,15 +416,10 @@ fn a_marker_back_after_a_power_cut_vouches_for_nothing_appended_since() {
         let _replayed = shard(&b.join("shard"), small_storage_config()).await;
         let segment = original.join(format!("{:020}.log", 0));
         let bytes = std::fs::read(&segment).unwrap();
-        let mut ends = Vec::new();
-        let mut at = 0;
-        for batch in &written {
-            at += batch.len();
-            ends.push(at);
-        }
+        let ends = batch_ends(&written);
         assert_eq!(
             bytes.len(),
-            at,
+            ends[ends.len() - 1],
             "every batch in the segment, and nothing after"
         );
         let shard = shard(&b.join("shard-after"), small_storage_config()).await;
@@ -422,12 +440,7 @@ fn a_marker_back_after_a_power_cut_vouches_for_nothing_appended_since() {
             std::fs::write(copy.join(format!("{:020}.log", 0)), &bytes[..cut]).unwrap();
             std::fs::write(copy.join("clean-shutdown"), b"").unwrap();
             let log = open(&shard, &copy, c.clone()).await;
-            let whole = ends.iter().filter(|&&e| e <= cut).count();
-            assert_eq!(log.log_end_offset(), whole as i64 * 4, "cut at {cut}");
-            assert_eq!(read_all(&log, 0).await, written[..whole].to_vec());
-            let more = append_batches(&log, 1, 3, 10).await;
-            assert_eq!(more[0][..8], (whole as i64 * 4).to_be_bytes());
-            log.close().await.unwrap();
+            holds_the_whole_batches_before(&log, cut, &written, 4).await;
         }
     });
 }
@@ -450,12 +463,7 @@ fn a_torn_tail_is_cut_at_the_last_whole_batch() {
         log.close().await.unwrap();
         let segment = original.join(format!("{:020}.log", 0));
         let bytes = std::fs::read(&segment).unwrap();
-        let mut ends = Vec::new();
-        let mut at = 0;
-        for b in &written {
-            at += b.len();
-            ends.push(at);
-        }
+        let ends = batch_ends(&written);
         let mut cuts: Vec<usize> = (0..bytes.len()).step_by(97).collect();
         cuts.extend(ends.iter().copied());
         cuts.extend(ends.iter().map(|e| e - 1));
@@ -464,13 +472,7 @@ fn a_torn_tail_is_cut_at_the_last_whole_batch() {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(format!("{:020}.log", 0)), &bytes[..cut]).unwrap();
             let log = open(&shard, &dir, config.clone()).await;
-            let whole = ends.iter().filter(|&&e| e <= cut).count();
-            assert_eq!(log.log_end_offset(), whole as i64 * 3, "cut at {cut}");
-            assert_eq!(read_all(&log, 0).await, written[..whole].to_vec());
-            // The log goes on from there.
-            let more = append_batches(&log, 1, 3, 10).await;
-            assert_eq!(more[0][..8], (whole as i64 * 3).to_be_bytes());
-            log.close().await.unwrap();
+            holds_the_whole_batches_before(&log, cut, &written, 3).await;
         }
     });
 }
