@@ -67,8 +67,11 @@ impl Log {
     /// power cut would vouch for index files the change then rewrote in place. One directory
     /// sync per log, at its first such change after a clean open (or after appends).
     pub(crate) async fn leave_clean(&self) -> Result<(), IoFailure> {
-        if self.clean_marker.get() != CleanMarker::Gone {
-            remove_marker(&self.dir)?;
+        let marker = self.clean_marker.get();
+        if marker != CleanMarker::Gone {
+            if marker == CleanMarker::Present {
+                remove_marker(&self.dir)?;
+            }
             // Boxed: rare, and an inline directory sync made the futures that await this
             // half a kilobyte larger.
             Box::pin(file::sync_dir(&self.dir)).await?;
