@@ -298,13 +298,11 @@ async fn wait_for_records(shard: &Rc<Shard>, wanted: &[(usize, Wanted)], deadlin
 
 /// On the owning shard: until one of `wanted` has records past its `offset`, or the deadline.
 async fn wait_on_shard(shard: &Rc<Shard>, wanted: &[Wanted], deadline: Instant) {
-    let partitions: Vec<_> = wanted
-        .iter()
-        .filter_map(|w| {
-            shard
-                .partition(&w.topic, w.partition)
-                .map(|p| (p, w.offset))
-        })
+    let found = shard.partitions(wanted.iter().map(|w| (&*w.topic, w.partition)));
+    let partitions: Vec<_> = found
+        .into_iter()
+        .zip(wanted)
+        .filter_map(|(p, w)| Some((p?, w.offset)))
         .collect();
     if partitions.is_empty()
         || partitions

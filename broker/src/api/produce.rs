@@ -198,9 +198,11 @@ async fn produce_part(
     // Each append is polled once, in the request's order, before any is waited for: it takes
     // its place in its partition's locks then, so a producer's pipelined requests append in the
     // order they were sent even where one append has to wait (for room to write, say).
+    let found = owner.partitions(part.iter().map(|w| (&*w.topic, w.partition)));
     let mut appends: Vec<_> = part
         .into_iter()
-        .map(|w| Box::pin(append_one(owner.clone(), w, acks)))
+        .zip(found)
+        .map(|(w, p)| Box::pin(append_one(p, w.records, acks)))
         .collect();
     let mut first_polls = Vec::with_capacity(appends.len());
     for append in &mut appends {
@@ -236,13 +238,13 @@ async fn produce_part(
 }
 
 async fn append_one(
-    owner: Rc<Shard>,
-    w: Work,
+    partition: Option<Rc<Partition>>,
+    records: BytesMut,
     acks: Acks,
 ) -> Result<(Rc<Partition>, Pending), Produced> {
-    let Some(p) = owner.partition(&w.topic, w.partition) else {
+    let Some(p) = partition else {
         return Err(Produced::failed(ResponseError::NotLeaderOrFollower, None));
     };
-    let pending = p.append_produced(w.records, acks).await?;
+    let pending = p.append_produced(records, acks).await?;
     Ok((p, pending))
 }
