@@ -7,15 +7,25 @@
 //! the cache is the only place it can be read from.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use bytes::Bytes;
 
 use crate::watermark::Watermark;
 
-/// Identifies one log's entries in the cache.
+/// Identifies one log's entries in the cache: its slot (low 32 bits) and the slot's
+/// generation (high 32 bits), so that a key outlives its log harmlessly and is never reused
+/// (unless a slot is reused 2^32 times).
 pub type CacheKey = u64;
+
+fn key_of(slot: usize, generation: u32) -> CacheKey {
+    (u64::from(generation) << 32) | slot as u64
+}
+
+fn slot_of(key: CacheKey) -> (usize, u32) {
+    ((key & u64::from(u32::MAX)) as usize, (key >> 32) as u32)
+}
 
 #[derive(Debug, Clone)]
 pub struct CachedBatch {
@@ -33,11 +43,22 @@ pub struct BatchCache {
 struct Inner {
     budget_bytes: usize,
     used_bytes: usize,
-    next_key: CacheKey,
-    logs: HashMap<CacheKey, LogEntries>,
+    /// Each registered log's entries, in the slot its key names. A slot, not a hash map: every
+    /// insert and every eviction finds a log's entries, and at 10,000 partitions the map's
+    /// probe was one more cache miss each time.
+    slots: Vec<Slot>,
+    /// Slots of deregistered logs, to be reused.
+    free_slots: Vec<usize>,
     /// Insertion order across logs: (log, base offset). Entries whose batch was already removed
     /// (truncated, retained away) are skipped when they reach the front.
     order: VecDeque<(CacheKey, i64)>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Counts the logs that held the slot before: keys of earlier ones no longer match.
+    generation: u32,
+    log: Option<LogEntries>,
 }
 
 #[derive(Debug)]
@@ -53,8 +74,8 @@ impl BatchCache {
             inner: RefCell::new(Inner {
                 budget_bytes,
                 used_bytes: 0,
-                next_key: 0,
-                logs: HashMap::new(),
+                slots: Vec::new(),
+                free_slots: Vec::new(),
                 order: VecDeque::new(),
             }),
         }
@@ -68,50 +89,60 @@ impl BatchCache {
     /// their file.
     pub fn register(&self, filed_offset: Rc<Watermark>) -> CacheKey {
         let mut inner = self.inner.borrow_mut();
-        let key = inner.next_key;
-        inner.next_key += 1;
-        inner.logs.insert(
-            key,
-            LogEntries {
-                batches: VecDeque::new(),
-                filed_offset,
-            },
-        );
-        key
+        let index = match inner.free_slots.pop() {
+            Some(index) => index,
+            None => {
+                inner.slots.push(Slot::default());
+                inner.slots.len() - 1
+            }
+        };
+        let slot = &mut inner.slots[index];
+        assert!(slot.log.is_none(), "a free slot holds no log");
+        slot.log = Some(LogEntries {
+            batches: VecDeque::new(),
+            filed_offset,
+        });
+        key_of(index, slot.generation)
     }
 
     pub fn deregister(&self, key: CacheKey) {
         let mut inner = self.inner.borrow_mut();
-        if let Some(log) = inner.logs.remove(&key) {
-            let freed: usize = log.batches.iter().map(|b| b.bytes.len()).sum();
-            inner.used_bytes -= freed;
-        }
+        let (index, generation) = slot_of(key);
+        let Some(slot) = inner
+            .slots
+            .get_mut(index)
+            .filter(|s| s.generation == generation)
+        else {
+            return;
+        };
+        let Some(log) = slot.log.take() else {
+            return;
+        };
+        slot.generation = slot.generation.wrapping_add(1);
+        inner.free_slots.push(index);
+        let freed: usize = log.batches.iter().map(|b| b.bytes.len()).sum();
+        inner.used_bytes -= freed;
     }
 
     /// Adds the batch that now ends the log. A batch that does not continue the cached run
     /// replaces it (the run must stay contiguous).
     pub fn insert(&self, key: CacheKey, batch: CachedBatch) {
         let mut inner = self.inner.borrow_mut();
-        let Inner {
-            logs,
-            used_bytes,
-            order,
-            ..
-        } = &mut *inner;
-        let Some(log) = logs.get_mut(&key) else {
+        let Some(log) = inner.log_mut(key) else {
             return;
         };
+        let mut freed = 0;
         if log
             .batches
             .back()
             .is_some_and(|last| last.next_offset != batch.base_offset)
         {
-            let freed: usize = log.batches.drain(..).map(|b| b.bytes.len()).sum();
-            *used_bytes -= freed;
+            freed = log.batches.drain(..).map(|b| b.bytes.len()).sum();
         }
-        *used_bytes += batch.bytes.len();
-        order.push_back((key, batch.base_offset));
+        let (len, base_offset) = (batch.bytes.len(), batch.base_offset);
         log.batches.push_back(batch);
+        inner.used_bytes = inner.used_bytes - freed + len;
+        inner.order.push_back((key, base_offset));
         inner.evict();
     }
 
@@ -125,7 +156,7 @@ impl BatchCache {
         upper_bound: i64,
     ) -> Option<Vec<Bytes>> {
         let inner = self.inner.borrow();
-        let batches = &inner.logs.get(&key)?.batches;
+        let batches = &inner.log(key)?.batches;
         let first = batches.partition_point(|b| b.next_offset <= offset);
         let head = batches.get(first)?;
         if head.base_offset > offset {
@@ -149,7 +180,7 @@ impl BatchCache {
     /// Whether the batch holding `offset` is cached (a read from there needs no disk IO).
     pub fn holds(&self, key: CacheKey, offset: i64) -> bool {
         let inner = self.inner.borrow();
-        let Some(log) = inner.logs.get(&key) else {
+        let Some(log) = inner.log(key) else {
             return false;
         };
         let first = log.batches.partition_point(|b| b.next_offset <= offset);
@@ -170,12 +201,10 @@ impl BatchCache {
 
     fn drop_where(&self, key: CacheKey, doomed: impl Fn(&CachedBatch) -> bool, from_back: bool) {
         let mut inner = self.inner.borrow_mut();
-        let Inner {
-            logs, used_bytes, ..
-        } = &mut *inner;
-        let Some(log) = logs.get_mut(&key) else {
+        let Some(log) = inner.log_mut(key) else {
             return;
         };
+        let mut freed = 0;
         loop {
             let end = if from_back {
                 log.batches.back()
@@ -190,13 +219,26 @@ impl BatchCache {
             } else {
                 log.batches.pop_front()
             };
-            *used_bytes -= removed.map_or(0, |b| b.bytes.len());
+            freed += removed.map_or(0, |b| b.bytes.len());
         }
+        inner.used_bytes -= freed;
         inner.compact_order();
     }
 }
 
 impl Inner {
+    fn log(&self, key: CacheKey) -> Option<&LogEntries> {
+        let (index, generation) = slot_of(key);
+        let slot = self.slots.get(index)?;
+        (slot.generation == generation).then_some(slot.log.as_ref())?
+    }
+
+    fn log_mut(&mut self, key: CacheKey) -> Option<&mut LogEntries> {
+        let (index, generation) = slot_of(key);
+        let slot = self.slots.get_mut(index)?;
+        (slot.generation == generation).then_some(slot.log.as_mut())?
+    }
+
     fn evict(&mut self) {
         // Batches not in their file yet go to the back of the queue: a batch behind them may
         // be. At most this many a call, so that an insert stays cheap when hardly anything is
@@ -208,7 +250,7 @@ impl Inner {
             let Some(&(key, base_offset)) = self.order.front() else {
                 return;
             };
-            let Some(log) = self.logs.get_mut(&key) else {
+            let Some(log) = self.log_mut(key) else {
                 self.order.pop_front();
                 continue;
             };
@@ -224,8 +266,9 @@ impl Inner {
                     // A log's batches leave in the order they came. An older one whose entry
                     // went to the back goes first, and that entry is then found gone.
                     let evicted_own_entry = front.base_offset == base_offset;
-                    self.used_bytes -= front.bytes.len();
+                    let freed = front.bytes.len();
                     log.batches.pop_front();
+                    self.used_bytes -= freed;
                     if evicted_own_entry {
                         self.order.pop_front();
                     }
@@ -240,15 +283,25 @@ impl Inner {
 
     /// Keeps the order queue from growing with entries for batches that are gone.
     fn compact_order(&mut self) {
-        let live: usize = self.logs.values().map(|l| l.batches.len()).sum();
+        let live: usize = self
+            .slots
+            .iter()
+            .filter_map(|s| s.log.as_ref())
+            .map(|l| l.batches.len())
+            .sum();
         if self.order.len() > 2 * live + 1024 {
-            let logs = &self.logs;
-            self.order.retain(|(key, base)| {
-                logs.get(key).is_some_and(|l| {
-                    let i = l.batches.partition_point(|b| b.base_offset < *base);
-                    l.batches.get(i).is_some_and(|b| b.base_offset == *base)
+            let kept: Vec<bool> = self
+                .order
+                .iter()
+                .map(|&(key, base)| {
+                    self.log(key).is_some_and(|l| {
+                        let i = l.batches.partition_point(|b| b.base_offset < base);
+                        l.batches.get(i).is_some_and(|b| b.base_offset == base)
+                    })
                 })
-            });
+                .collect();
+            let mut kept = kept.into_iter();
+            self.order.retain(|_| kept.next().unwrap_or(false));
         }
     }
 }
@@ -323,6 +376,29 @@ mod tests {
         );
         assert!(cache.read(key, 5, 100, i64::MAX).is_none());
         assert!(cache.read(key, 25, 100, i64::MAX).is_some());
+    }
+
+    #[test]
+    fn a_reused_slot_is_out_of_reach_of_the_old_key() {
+        let cache = BatchCache::new(150);
+        let old = cache.register(Rc::new(Watermark::new(i64::MAX)));
+        cache.insert(old, batch(0, 10, 100));
+        cache.deregister(old);
+        let new = cache.register(Rc::new(Watermark::new(i64::MAX)));
+        assert_ne!(old, new, "a key is never handed out twice");
+        cache.insert(old, batch(10, 10, 100));
+        cache.deregister(old);
+        assert!(cache.read(old, 10, 100, i64::MAX).is_none());
+        assert_eq!(cache.used_bytes(), 0, "the old key reaches nothing");
+        cache.insert(new, batch(0, 10, 100));
+        cache.insert(new, batch(10, 10, 100));
+        assert_eq!(
+            cache.used_bytes(),
+            100,
+            "the old log's entries in the order queue evict none of the new log's batches \
+             out of turn"
+        );
+        assert!(!cache.holds(new, 5) && cache.holds(new, 15));
     }
 
     #[test]
