@@ -244,20 +244,20 @@ impl LeaderEpochs {
         log_end: i64,
     ) -> Result<(LeaderEpochs, bool), IoFailure> {
         let path = dir.join(CHECKPOINT_FILE);
-        let loaded = match std::fs::metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(IoFailure::new("reading", &path, &e)),
-            Ok(meta) if meta.len() > CHECKPOINT_BYTES_MAX => {
+        let loaded = match file::read_file(&path, CHECKPOINT_BYTES_MAX).await {
+            Err(e) if e.kind == std::io::ErrorKind::InvalidData => {
                 tracing::warn!(
                     file = %path.display(),
-                    bytes = meta.len(),
+                    error = %e,
                     "leader epoch checkpoint too large; rebuilding it"
                 );
                 None
             }
-            Ok(_) => match file::read_file(&path).await?.map(|b| Self::decode(&b)) {
-                Some(Ok(epochs)) => Some(epochs),
-                Some(Err(e)) => {
+            Err(e) => return Err(e),
+            Ok(None) => None,
+            Ok(Some(bytes)) => match Self::decode(&bytes) {
+                Ok(epochs) => Some(epochs),
+                Err(e) => {
                     tracing::warn!(
                         file = %path.display(),
                         error = %e,
@@ -265,7 +265,6 @@ impl LeaderEpochs {
                     );
                     None
                 }
-                None => None,
             },
         };
         let (mut epochs, mut changed) = match loaded {

@@ -576,21 +576,37 @@ pub async fn sync_filesystem(dir: &Path) -> Result<(), IoFailure> {
 }
 
 /// Reads a small file whole (through the page cache, see [`write_file_synced`]); `None` if it
-/// does not exist.
-pub async fn read_file(path: &Path) -> Result<Option<Vec<u8>>, IoFailure> {
+/// does not exist. A file of more than `max_bytes` is read no further (an error of kind
+/// `InvalidData`): its size comes off the disk, and so would the memory it asks for. Its size
+/// is taken from the open file, so a caller needs no statx(2) of its own first (one more walk
+/// of the path, for every log at a start).
+pub async fn read_file(path: &Path, max_bytes: u64) -> Result<Option<Vec<u8>>, IoFailure> {
     let file = match SegmentFile::open(path, ResolvedIoMode::Buffered, false).await {
         Ok(file) => file,
         Err(e) if e.kind == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     let size = file.size().await?;
-    let len = usize::try_from(size).map_err(|_| {
-        IoFailure::new(
-            "reading",
-            path,
-            &io::Error::other("file too large to read whole"),
-        )
-    })?;
+    let len = usize::try_from(size)
+        .ok()
+        .filter(|_| size <= max_bytes)
+        .ok_or_else(|| {
+            IoFailure::new(
+                "reading",
+                path,
+                &io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{size} bytes, more than the {max_bytes} such a file holds"),
+                ),
+            )
+        });
+    let len = match len {
+        Ok(len) => len,
+        Err(e) => {
+            file.close().await?;
+            return Err(e);
+        }
+    };
     let data = file.read_at(0, len).await?;
     file.close().await?;
     Ok(Some(data))
@@ -644,6 +660,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_file_read_whole_is_read_only_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let path = root.join("small");
+                std::fs::write(&path, b"0123456789").unwrap();
+                assert_eq!(
+                    read_file(&path, 10).await.unwrap().as_deref(),
+                    Some(&b"0123456789"[..])
+                );
+                let over = read_file(&path, 9).await.unwrap_err();
+                assert_eq!(over.kind, io::ErrorKind::InvalidData, "{over}");
+                assert_eq!(read_file(&root.join("none"), 9).await.unwrap(), None);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
     fn an_empty_file_reads_as_empty_with_the_io_memory_spent() {
         // glommio takes a read's buffer from the executor's pool (`io_memory`, which the write
         // buffers share) or, with the pool spent, from the heap, which has no buffer of no
@@ -662,7 +699,7 @@ pub(crate) mod tests {
                     .await
                     .unwrap();
                 let _spent: Vec<_> = (0..512).map(|_| segment.alloc(4096)).collect();
-                assert_eq!(read_file(&path).await.unwrap(), Some(Vec::new()));
+                assert_eq!(read_file(&path, 0).await.unwrap(), Some(Vec::new()));
                 assert!(segment.read_at(0, 0).await.unwrap().is_empty());
                 segment.close().await.unwrap();
             })

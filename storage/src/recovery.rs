@@ -417,8 +417,9 @@ impl ShardStorage {
     ) -> Option<(OffsetIndex, TimeIndex)> {
         let offsets_path = segment::offset_index_path(dir, base);
         let times_path = segment::time_index_path(dir, base);
-        let offsets = file::read_file(&offsets_path).await.ok()??;
-        let times = file::read_file(&times_path).await.ok()??;
+        // An entry per batch at most, and a batch is larger than an entry.
+        let offsets = file::read_file(&offsets_path, file_bytes).await.ok()??;
+        let times = file::read_file(&times_path, file_bytes).await.ok()??;
         let offsets = match OffsetIndex::decode(&offsets, file_bytes) {
             Ok(i) => i,
             Err(e) => {

@@ -12,6 +12,8 @@ use crate::file;
 use crate::log::Log;
 
 const FILE: &str = "log-start-offset";
+/// The file holds one offset in decimal: never more than this.
+const FILE_BYTES_MAX: u64 = 64;
 
 /// The start offset set by DeleteRecords (0 when never set); the log's start is the larger of
 /// this and its first segment's base.
@@ -21,7 +23,7 @@ pub(crate) struct StartOffset(Cell<i64>);
 impl StartOffset {
     pub(crate) async fn load(dir: &Path) -> Result<StartOffset, LogError> {
         let path = dir.join(FILE);
-        let Some(bytes) = file::read_file(&path).await? else {
+        let Some(bytes) = file::read_file(&path, FILE_BYTES_MAX).await? else {
             return Ok(StartOffset::default());
         };
         let offset = std::str::from_utf8(&bytes)

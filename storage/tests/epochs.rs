@@ -180,11 +180,19 @@ fn a_log_without_a_usable_checkpoint_rebuilds_it_from_its_batches() {
         assert!(log.segment_count() > 2, "the epochs span segments");
         log.close().await.unwrap();
         let path = dir.path().join(CHECKPOINT);
-        for damage in [None, Some("0\n3\n0 0\n3 80\n"), Some("garbage")] {
+        // Over the checkpoint's size bound (1 MiB): rebuilt, as one that does not decode.
+        let oversized = format!("0\n3\n0 0\n3 80\n8 120\n{}", "\n".repeat(1 << 20));
+        for damage in [
+            None,
+            Some("0\n3\n0 0\n3 80\n"),
+            Some("garbage"),
+            Some(oversized.as_str()),
+        ] {
             match damage {
                 None => std::fs::remove_file(&path).unwrap(),
                 Some(text) => std::fs::write(&path, text).unwrap(),
             }
+            let damage = damage.map(|d| &d[..d.len().min(32)]);
             let log = open(&shard, dir.path(), small_log_config()).await;
             assert_eq!(log.leader_epochs(), want, "rebuilt after {damage:?}");
             assert_eq!(checkpoint_text(dir.path()), "0\n3\n0 0\n3 80\n8 120\n");
