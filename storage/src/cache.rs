@@ -107,19 +107,14 @@ impl BatchCache {
 
     pub fn deregister(&self, key: CacheKey) {
         let mut inner = self.inner.borrow_mut();
-        let (index, generation) = slot_of(key);
-        let Some(slot) = inner
-            .slots
-            .get_mut(index)
-            .filter(|s| s.generation == generation)
-        else {
+        let Some(slot) = inner.slot_mut(key) else {
             return;
         };
         let Some(log) = slot.log.take() else {
             return;
         };
         slot.generation = slot.generation.wrapping_add(1);
-        inner.free_slots.push(index);
+        inner.free_slots.push(slot_of(key).0);
         let freed: usize = log.batches.iter().map(|b| b.bytes.len()).sum();
         inner.used_bytes -= freed;
     }
@@ -233,10 +228,16 @@ impl Inner {
         (slot.generation == generation).then_some(slot.log.as_ref())?
     }
 
-    fn log_mut(&mut self, key: CacheKey) -> Option<&mut LogEntries> {
+    /// The key's slot, if the key is still its log's.
+    fn slot_mut(&mut self, key: CacheKey) -> Option<&mut Slot> {
         let (index, generation) = slot_of(key);
-        let slot = self.slots.get_mut(index)?;
-        (slot.generation == generation).then_some(slot.log.as_mut())?
+        self.slots
+            .get_mut(index)
+            .filter(|s| s.generation == generation)
+    }
+
+    fn log_mut(&mut self, key: CacheKey) -> Option<&mut LogEntries> {
+        self.slot_mut(key)?.log.as_mut()
     }
 
     fn evict(&mut self) {
@@ -290,18 +291,14 @@ impl Inner {
             .map(|l| l.batches.len())
             .sum();
         if self.order.len() > 2 * live + 1024 {
-            let kept: Vec<bool> = self
-                .order
-                .iter()
-                .map(|&(key, base)| {
-                    self.log(key).is_some_and(|l| {
-                        let i = l.batches.partition_point(|b| b.base_offset < base);
-                        l.batches.get(i).is_some_and(|b| b.base_offset == base)
-                    })
+            let mut order = std::mem::take(&mut self.order);
+            order.retain(|&(key, base)| {
+                self.log(key).is_some_and(|l| {
+                    let i = l.batches.partition_point(|b| b.base_offset < base);
+                    l.batches.get(i).is_some_and(|b| b.base_offset == base)
                 })
-                .collect();
-            let mut kept = kept.into_iter();
-            self.order.retain(|_| kept.next().unwrap_or(false));
+            });
+            self.order = order;
         }
     }
 }

@@ -587,26 +587,24 @@ pub async fn read_file(path: &Path, max_bytes: u64) -> Result<Option<Vec<u8>>, I
         Err(e) => return Err(e),
     };
     let size = file.size().await?;
-    let len = usize::try_from(size)
-        .ok()
-        .filter(|_| size <= max_bytes)
-        .ok_or_else(|| {
-            IoFailure::new(
-                "reading",
-                path,
-                &io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{size} bytes, more than the {max_bytes} such a file holds"),
-                ),
-            )
-        });
-    let len = match len {
-        Ok(len) => len,
-        Err(e) => {
-            file.close().await?;
-            return Err(e);
-        }
-    };
+    if size > max_bytes {
+        file.close().await?;
+        return Err(IoFailure::new(
+            "reading",
+            path,
+            &io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{size} bytes, more than the {max_bytes} such a file holds"),
+            ),
+        ));
+    }
+    let len = usize::try_from(size).map_err(|_| {
+        IoFailure::new(
+            "reading",
+            path,
+            &io::Error::other("file too large to read whole"),
+        )
+    })?;
     let data = file.read_at(0, len).await?;
     file.close().await?;
     Ok(Some(data))

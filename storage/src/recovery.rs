@@ -438,8 +438,6 @@ impl ShardStorage {
     }
 }
 
-/// The base offsets of the segments in `dir`, in order. Leftovers of interrupted operations
-/// (temporary files, indexes without a segment) are removed.
 /// What a log's directory holds, as opening the log needs to know it.
 #[derive(Debug, Default)]
 struct Listing {
