@@ -185,6 +185,7 @@ fn a_log_untouched_since_a_clean_open_closes_without_writing() {
 
 #[test]
 fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
+    use std::os::unix::fs::MetadataExt;
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let shard = shard(dir.path(), small_storage_config()).await;
@@ -205,8 +206,14 @@ fn a_log_touched_after_a_clean_open_saves_its_files_again_at_close() {
         let log = open(&shard, log_dir.as_path(), small_log_config()).await;
         written.extend(append_batches(&log, 1, 3, 500).await);
         assert!(!marker.exists(), "gone with the first change");
+        // Renamed, not unlinked, and renamed back by the close: no inode freed or made.
+        let marker_inode = before["clean-shutdown"].0;
+        let retired = log_dir.as_path().join("clean-shutdown.retired");
+        assert_eq!(std::fs::metadata(&retired).unwrap().ino(), marker_inode);
         log.close().await.unwrap();
         assert!(marker.exists());
+        assert!(!retired.exists());
+        assert_eq!(std::fs::metadata(&marker).unwrap().ino(), marker_inode);
         let after = files_of(log_dir.as_path());
         assert_ne!(
             after[&active_index].2, before[&active_index].2,
