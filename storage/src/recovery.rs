@@ -53,13 +53,13 @@ pub(crate) enum CleanMarker {
 /// back into the marker by the next clean close. Taken off and put back by renames rather than
 /// unlinked and created again, so that a stop and a start allocate and free no inode per log:
 /// on ext4 without a journal each new inode is checked against the deletion times of the free
-/// ones, and a clean stop of 10,000 logs within minutes of 10,000 freed inodes took 13-29 s
-/// instead of 7 (docs/benchmarks.md, 2026-12-07).
+/// ones, and a clean stop of 10,000 logs after a start had unlinked their markers took 11 s
+/// instead of 5 (docs/benchmarks.md, 2026-12-07, sixth session).
 pub const RETIRED_MARKER_FILE: &str = "clean-shutdown.retired";
 
 /// Takes the clean-shutdown marker of the log in `dir` off (renamed to [`RETIRED_MARKER_FILE`]),
 /// if it is there. Not synced: callers that need it durable sync the directory after it.
-fn remove_marker(dir: &Path) -> Result<(), IoFailure> {
+fn retire_marker(dir: &Path) -> Result<(), IoFailure> {
     let marker = dir.join(CLEAN_SHUTDOWN_FILE);
     match std::fs::rename(&marker, dir.join(RETIRED_MARKER_FILE)) {
         Ok(()) => Ok(()),
@@ -78,7 +78,7 @@ impl Log {
         let marker = self.clean_marker.get();
         if marker != CleanMarker::Gone {
             if marker == CleanMarker::Present {
-                remove_marker(&self.dir)?;
+                retire_marker(&self.dir)?;
             }
             // Boxed: rare, and an inline directory sync made the futures that await this
             // half a kilobyte larger.
@@ -100,7 +100,7 @@ impl Log {
     /// partitions 3.7 s before every partition took its first record (docs/benchmarks.md).
     pub(crate) fn leave_clean_to_append(&self) -> Result<(), IoFailure> {
         if self.clean_marker.get() == CleanMarker::Present {
-            remove_marker(&self.dir)?;
+            retire_marker(&self.dir)?;
             self.clean_marker.set(CleanMarker::Unlinked);
         }
         Ok(())
@@ -162,7 +162,7 @@ impl ShardStorage {
         }
         if segments.is_empty() {
             if clean {
-                remove_marker(dir)?;
+                retire_marker(dir)?;
             }
             clean_on_disk = false;
             let path = segment::log_path(dir, 0);
@@ -198,7 +198,7 @@ impl ShardStorage {
         let (epochs, epochs_changed) =
             LeaderEpochs::recover(dir, &segments, first_base.max(start.get()), end).await?;
         if epochs_changed {
-            remove_marker(dir)?;
+            retire_marker(dir)?;
             clean_on_disk = false;
             epochs.save(dir).await?;
         }
@@ -359,7 +359,7 @@ impl ShardStorage {
         }
         let repaired = last && (rebuilt || outcome.invalid.is_some());
         if repaired && trust_indexes {
-            remove_marker(dir)?;
+            retire_marker(dir)?;
         }
         if let Some(reason) = &outcome.invalid {
             if last {
